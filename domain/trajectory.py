@@ -1,0 +1,122 @@
+"""Rebuild a token-level trajectory from a rollout's ordered triplets.
+
+The rules, each a fix of the original Agent-lightning example:
+
+* A triplet that cannot become a transition is rejected with a typed reason and counted; its
+  tokens still appear as context in later observations (they are part of the next prompt), so they
+  are effectively masked out of the loss and the cookbook never sees an action without logprobs.
+* The reward of a rejected triplet is not lost: it is added to the last kept transition, so the
+  trajectory's total reward (what GRPO advantages use) is the same as the agent's.
+* ``episode_done`` marks the last *kept* transition, exactly once per non-empty trajectory.
+* A missing reward is an explicit policy: ``RewardPolicy.missing_reward`` for turns without one
+  (0.0 by default, as the original), and the trajectory is flagged when the final turn has none.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from returns.result import Failure, Success
+
+from domain.rejections import RejectionReason, TripletRejection
+from domain.triplets import RawTriplet, parse_reward, parse_triplet
+
+METRIC_FINAL_STEP = "reward/final_step"
+METRIC_NOT_NULL = "reward/not_null"
+
+
+@dataclass(frozen=True, slots=True)
+class RewardPolicy:
+    """How reconstruction fills rewards the agent did not emit."""
+
+    missing_reward: float = 0.0
+    """Reward given to a turn with no reward of its own (the original used 0.0)."""
+    exclude_without_final_reward: bool = False
+    """Whether a trajectory whose final turn has no reward is kept out of training."""
+
+
+@dataclass(frozen=True, slots=True)
+class TokenTransition:
+    """One kept model call: what the model saw, what it sampled, and what it earned."""
+
+    ob: tuple[int, ...]
+    """Observation (prompt) token ids."""
+    ac: tuple[int, ...]
+    """Action (response) token ids."""
+    logprobs: tuple[float, ...]
+    """Sampling logprob per action token, same length as ``ac``."""
+    reward: float
+    episode_done: bool
+    metrics: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ReconstructedTrajectory:
+    """The transitions rebuilt from one rollout and an account of everything that was dropped."""
+
+    transitions: tuple[TokenTransition, ...]
+    rejections: tuple[TripletRejection, ...]
+    n_triplets: int
+    """How many triplets the adapter produced (kept + rejected)."""
+    final_reward_missing: bool
+    """True when the rollout's last triplet carried no usable reward (or there was no triplet)."""
+
+    @property
+    def total_reward(self) -> float:
+        return sum(t.reward for t in self.transitions)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.transitions
+
+    def rejection_counts(self) -> Counter[RejectionReason]:
+        return Counter(r.reason for r in self.rejections)
+
+
+EMPTY_TRAJECTORY = ReconstructedTrajectory(transitions=(), rejections=(), n_triplets=0, final_reward_missing=True)
+
+
+def reconstruct_trajectory(
+    triplets_T: Sequence[RawTriplet], policy: RewardPolicy = RewardPolicy()
+) -> ReconstructedTrajectory:
+    """Turn ordered triplets into transitions, keeping order and token content as they came.
+
+    Never raises on any input: every triplet is either a transition or a counted rejection.
+    """
+    kept: list[TokenTransition] = []
+    rejections: list[TripletRejection] = []
+    orphan_reward = 0.0
+    for index, triplet in enumerate(triplets_T):
+        match parse_triplet(index, triplet):
+            case Success(turn):
+                reward = policy.missing_reward if turn.reward is None else turn.reward
+                kept.append(
+                    TokenTransition(
+                        ob=turn.prompt_tokens,
+                        ac=turn.response_tokens,
+                        logprobs=turn.response_logprobs,
+                        reward=reward,
+                        episode_done=False,
+                        metrics={METRIC_NOT_NULL: 0.0 if turn.reward is None else 1.0},
+                    )
+                )
+            case Failure(rejection):
+                rejections.append(rejection)
+                # A rejected turn's finite reward still belongs to the trajectory's return.
+                orphan_reward += parse_reward(triplet.reward).value_or(None) or 0.0
+
+    final_reward = parse_reward(triplets_T[-1].reward).value_or(None) if triplets_T else None
+    if kept:
+        last = kept[-1]
+        metrics = dict(last.metrics)
+        if final_reward is not None:
+            metrics[METRIC_FINAL_STEP] = final_reward
+        kept[-1] = replace(last, reward=last.reward + orphan_reward, episode_done=True, metrics=metrics)
+    return ReconstructedTrajectory(
+        transitions=tuple(kept),
+        rejections=tuple(rejections),
+        n_triplets=len(triplets_T),
+        final_reward_missing=final_reward is None,
+    )
