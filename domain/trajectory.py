@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from returns.pipeline import is_successful
 from returns.result import Failure, Success
 
 from domain.rejections import RejectionReason, TripletRejection
@@ -78,6 +79,12 @@ class ReconstructedTrajectory:
 EMPTY_TRAJECTORY = ReconstructedTrajectory(transitions=(), rejections=(), n_triplets=0, final_reward_missing=True)
 
 
+def _usable_reward(raw: object) -> float | None:
+    """The reward if it is usable, else ``None`` (rejected rewards are reported by the parser)."""
+    result = parse_reward(raw)
+    return result.unwrap() if is_successful(result) else None
+
+
 def reconstruct_trajectory(
     triplets_T: Sequence[RawTriplet], policy: RewardPolicy = RewardPolicy()
 ) -> ReconstructedTrajectory:
@@ -105,9 +112,9 @@ def reconstruct_trajectory(
             case Failure(rejection):
                 rejections.append(rejection)
                 # A rejected turn's finite reward still belongs to the trajectory's return.
-                orphan_reward += parse_reward(triplet.reward).value_or(None) or 0.0
+                orphan_reward += _usable_reward(triplet.reward) or 0.0
 
-    final_reward = parse_reward(triplets_T[-1].reward).value_or(None) if triplets_T else None
+    final_reward = _usable_reward(triplets_T[-1].reward) if triplets_T else None
     if kept:
         last = kept[-1]
         metrics = dict(last.metrics)

@@ -99,9 +99,7 @@ class Sampler(Protocol):
 class Trainer(Protocol):
     """A trainable policy: gradients, optimizer steps, fresh samplers, checkpoints."""
 
-    async def forward_backward(
-        self, data_D: Sequence[TrainingDatum], loss: LossName
-    ) -> ForwardBackwardOutput: ...
+    async def forward_backward(self, data_D: Sequence[TrainingDatum], loss: LossName) -> ForwardBackwardOutput: ...
 
     async def optim_step(self, params: AdamParams) -> Mapping[str, float]: ...
 

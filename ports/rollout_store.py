@@ -1,0 +1,65 @@
+"""What the application needs from a rollout store and from a span-to-triplet adapter.
+
+Spans are opaque here (``SpanT``): the store hands them out and the triplet source reads them, so
+no Agent-lightning type crosses into the application's signatures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+from domain.triplets import RawTriplet
+
+SpanT = TypeVar("SpanT")
+SpanT_co = TypeVar("SpanT_co", covariant=True)
+SpanT_contra = TypeVar("SpanT_contra", contravariant=True)
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Store-side retries (Agent-lightning's ``RolloutConfig``), used only when asked for."""
+
+    max_attempts: int = 1
+    """Attempts including the first; 1 means no retry."""
+    retry_on: tuple[str, ...] = ("failed", "timeout", "unresponsive")
+    """Attempt statuses that trigger another attempt."""
+    attempt_timeout_s: float | None = None
+    unresponsive_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutRequest:
+    """One task to enqueue."""
+
+    task: object
+    mode: str
+    """``train``, ``val`` or ``test``."""
+    resources_id: str | None
+
+
+class RolloutStore(Protocol[SpanT_co]):
+    """Queue of rollouts that runners elsewhere execute and trace."""
+
+    async def enqueue_many(self, requests: Sequence[RolloutRequest], retry: RetryPolicy) -> Sequence[str]:
+        """Enqueue in order and return the new rollout ids in the same order."""
+        ...
+
+    async def terminal_statuses(self, rollout_ids: Sequence[str]) -> Mapping[str, str]:
+        """The subset of ``rollout_ids`` that is terminal now, with its status; one call, no waiting."""
+        ...
+
+    async def latest_spans(self, rollout_id: str) -> Sequence[SpanT_co]:
+        """Spans of the rollout's latest attempt, in store order."""
+        ...
+
+    async def cancel(self, rollout_ids: Sequence[str]) -> None:
+        """Mark rollouts cancelled so that no runner starts them; unknown ids are ignored."""
+        ...
+
+
+class TripletSource(Protocol[SpanT_contra]):
+    """Turns one rollout's spans into ordered, still untrusted triplets."""
+
+    def adapt(self, spans: Sequence[SpanT_contra]) -> Sequence[RawTriplet]: ...
