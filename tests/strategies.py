@@ -61,7 +61,7 @@ def bad_triplet(draw: st.DrawFn) -> RawTriplet:
             response["token_ids"]
         )
     elif defect == "count":
-        response["logprobs"] = list(response["logprobs"]) + [{"logprob": -1.0}]
+        response["logprobs"] = [*list(response["logprobs"]), {"logprob": -1.0}]
     elif defect == "nan_reward":
         reward_value = draw(st.sampled_from([math.nan, math.inf, -math.inf]))
     elif defect == "str_reward":

@@ -64,7 +64,9 @@ class TestTrainability:
     def test_missing_final_reward_excludes_only_when_asked(self) -> None:
         unrewarded = result("succeeded", reward=None)
         assert is_trainable(unrewarded, FailedRolloutPolicy.EXCLUDE, RewardPolicy())
-        assert not is_trainable(unrewarded, FailedRolloutPolicy.EXCLUDE, RewardPolicy(exclude_without_final_reward=True))
+        assert not is_trainable(
+            unrewarded, FailedRolloutPolicy.EXCLUDE, RewardPolicy(exclude_without_final_reward=True)
+        )
 
 
 class TestConstantRewardFilter:
