@@ -194,6 +194,9 @@ class AGLTestSetEvaluator(Generic[T_task]):
             mode=mode,
             concurrency=concurrency,
             rollout_timeout_s=rollout_timeout_s,
+            # A failed rollout's traced turns count (as reward 0 when it emitted none) instead of
+            # vanishing and flattering the score.
+            failed_rollouts=FailedRolloutPolicy.TRAIN,
             on_result=on_result,
         )
         metrics = evaluation_metrics(groups_P, n_tasks=len(self.env_group_builders_P))
@@ -203,16 +206,10 @@ class AGLTestSetEvaluator(Generic[T_task]):
 
 
 def evaluation_metrics(groups_P: list[TrajectoryGroup], *, n_tasks: int) -> dict[str, float]:
-    """Cookbook trajectory metrics, plus how many tasks produced a usable trajectory.
-
-    ``compute_trajectory_metrics`` is only called on groups that hold a transition, so an all-empty
-    batch reports zeros instead of dividing by zero.
-    """
-    usable = [g for g in groups_P if any(t.transitions for t in g.trajectories_G)]
-    metrics: dict[str, float] = {}
-    if usable:
-        metrics.update(compute_trajectory_metrics(usable, [[] for _ in usable]))
-    metrics["env/all/frac_tasks_usable"] = len(usable) / n_tasks if n_tasks else 0.0
+    """Cookbook trajectory metrics plus the fraction of tasks that produced a usable trajectory."""
+    metrics = dict(compute_trajectory_metrics(groups_P, [[] for _ in groups_P]))
+    usable = sum(1 for g in groups_P if any(t.transitions for t in g.trajectories_G))
+    metrics["env/all/frac_tasks_usable"] = usable / n_tasks if n_tasks else 0.0
     return metrics
 
 

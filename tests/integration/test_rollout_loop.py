@@ -1,0 +1,109 @@
+"""The batch rollout loop against Agent-lightning's real in-memory store and a real runner."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+
+import agentlightning as agl
+import pytest
+from agentlightning.execution import ThreadingEvent
+
+from adapters.agl_runners import run_runner
+from adapters.agl_store import AglRolloutStore, AglTripletSource
+from app.rollouts import RolloutOptions, RolloutStats, run_rollouts
+from domain.groups import TIMED_OUT
+from ports.rollout_store import RolloutRequest
+from tests.integration.agents import reward_only
+
+
+class CountingStore(AglRolloutStore):
+    """The real adapter, recording how many rollouts each completion check asks about."""
+
+    def __init__(self, store: agl.LightningStore) -> None:
+        super().__init__(store)
+        self.pending_sizes: list[int] = []
+
+    async def terminal_statuses(self, rollout_ids: Sequence[str]) -> Mapping[str, str]:
+        self.pending_sizes.append(len(rollout_ids))
+        return await super().terminal_statuses(rollout_ids)
+
+
+@pytest.fixture
+async def store() -> agl.InMemoryLightningStore:
+    return agl.InMemoryLightningStore()
+
+
+@pytest.fixture
+async def resources_id(store: agl.InMemoryLightningStore) -> str:
+    update = await store.add_resources({"main_llm": agl.LLM(endpoint="http://127.0.0.1:9/v1", model="none")})
+    return update.resources_id
+
+
+@pytest.fixture
+async def runner(store: agl.InMemoryLightningStore) -> AsyncIterator[None]:
+    stop = ThreadingEvent()
+    task = asyncio.create_task(run_runner(reward_only, store, stop, poll_interval_s=0.02))
+    yield
+    stop.set()
+    await asyncio.wait_for(task, 10)
+
+
+def requests(resources_id: str, *tasks: dict[str, float]) -> list[RolloutRequest]:
+    return [RolloutRequest(task=t, mode="train", resources_id=resources_id) for t in tasks]
+
+
+async def test_a_rollout_no_runner_picks_up_ends_at_its_deadline(
+    store: agl.InMemoryLightningStore, resources_id: str
+) -> None:
+    started = time.monotonic()
+    results = await run_rollouts(
+        requests(resources_id, {"reward": 1.0}, {"reward": 0.0}),
+        store=AglRolloutStore(store),
+        triplets=AglTripletSource(agl.TracerTraceToTriplet()),
+        options=RolloutOptions(rollout_timeout_s=0.3),
+    )
+    assert time.monotonic() - started < 5.0
+    assert [r.status for r in results] == [TIMED_OUT, TIMED_OUT]
+    for result in results:
+        rollout = await store.get_rollout_by_id(result.rollout_id)
+        assert rollout is not None and rollout.status == "cancelled"
+        assert result.trajectory.is_empty
+
+
+@pytest.mark.usefixtures("runner")
+async def test_runner_results_come_back_in_input_order_with_their_status(
+    store: agl.InMemoryLightningStore, resources_id: str
+) -> None:
+    stats = RolloutStats()
+    seen: list[int] = []
+    results = await run_rollouts(
+        requests(resources_id, {"reward": 1.0}, {"reward": 0.5, "fail": 1.0}, {"reward": 0.0}),
+        store=AglRolloutStore(store),
+        triplets=AglTripletSource(agl.TracerTraceToTriplet()),
+        options=RolloutOptions(rollout_timeout_s=30),
+        on_result=lambda index, _: seen.append(index),
+        stats=stats,
+    )
+    assert [r.status for r in results] == ["succeeded", "failed", "succeeded"]
+    assert sorted(seen) == [0, 1, 2]
+    ids = [r.rollout_id for r in results]
+    stored = await store.query_rollouts(rollout_id_in=ids)
+    assert {r.rollout_id: r.input for r in stored}[ids[1]] == {"reward": 0.5, "fail": 1.0}
+
+
+@pytest.mark.usefixtures("runner")
+async def test_concurrency_caps_rollouts_in_the_store_and_one_call_checks_all(
+    store: agl.InMemoryLightningStore, resources_id: str
+) -> None:
+    counting = CountingStore(store)
+    results = await run_rollouts(
+        requests(resources_id, *({"reward": float(i)} for i in range(6))),
+        store=counting,
+        triplets=AglTripletSource(agl.TracerTraceToTriplet()),
+        options=RolloutOptions(rollout_timeout_s=30, concurrency=2),
+    )
+    assert [r.status for r in results] == ["succeeded"] * 6
+    assert max(counting.pending_sizes) == 2
+    assert len(await store.query_rollouts()) == 6
