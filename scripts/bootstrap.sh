@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Create .venv and install the project with the locked versions; a no-op when already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export LITELLM_LOCAL_MODEL_COST_MAP=True TINKER_TELEMETRY=0
+stamp=".venv/.installed-$(cat constraints.txt pyproject.toml | sha256sum | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+  python3 -m venv .venv
+  .venv/bin/python -m pip install -q --upgrade pip
+  # torch==2.13.0 (CPU build) is pinned in constraints.txt so pip never pulls a CUDA build.
+  .venv/bin/python -m pip install -q -c constraints.txt -e '.[dev,lora]'
+  touch "$stamp"
+fi
