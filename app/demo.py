@@ -75,9 +75,10 @@ async def demo(n_tasks: int, group_size: int, batch_size: int) -> None:
         mode="train",
         rollout_timeout_s=1.0,
     )
-    statuses = {str(r.status) for r in await orphan.query_rollouts()}
+    orphan_statuses = {str(r.status) for r in await orphan.query_rollouts()}
     console.print(
-        f"deadline: a group no runner takes ended after {time.perf_counter() - started:.2f}s; store status {statuses}"
+        f"deadline: a group no runner takes ended after {time.perf_counter() - started:.2f}s; "
+        f"store status {orphan_statuses}"
     )
 
 
