@@ -1,0 +1,1 @@
+"""Embedded local PyTorch backend for the policy ports."""

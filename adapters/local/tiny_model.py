@@ -1,0 +1,164 @@
+"""Build a tiny Qwen3 causal LM and tokenizer fully offline.
+
+Tests, benchmarks and local runs need a real Hugging Face model directory (config, weights,
+tokenizer) that ``AutoModelForCausalLM`` and ``tinker_cookbook``'s ``get_tokenizer`` load like any
+checkpoint, without the network. Everything here is deterministic given the seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+from pathlib import Path
+
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+END_OF_TEXT = "<|endoftext|>"
+SPECIAL_TOKENS: tuple[str, ...] = (END_OF_TEXT, IM_START, IM_END)
+
+_NUMBER_WORDS: tuple[str, ...] = (
+    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+    "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen",
+    "nineteen", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety",
+    "hundred", "thousand",
+)  # fmt: skip
+
+_SENTENCES: tuple[str, ...] = (
+    "Hello! How are you today?",
+    "I'm fine, thank you. What can I help you with?",
+    "You are a helpful assistant.",
+    "Please answer with a single number.",
+    "What is the answer? The answer is",
+    "Let me think step by step about the question.",
+    "The user asked a question and the assistant answered it.",
+    "Guess the number I am thinking of. Is it higher or lower?",
+    "Your guess is too high. Your guess is too low. Correct!",
+    "Count from one to ten: one two three four five six seven eight nine ten.",
+    "Add the two numbers and reply with the sum.",
+    "Call the tool with the arguments, then read the tool response.",
+    "<think>\nI should reason first.\n</think>\n\n",
+    '<tool_call>\n{"name": "calculator", "arguments": {"expression": "1 + 2"}}\n</tool_call>',
+    "<tool_response>\n3\n</tool_response>",
+    "system user assistant tool",
+    "Yes. No. Maybe. Done. Thanks, goodbye.",
+)
+
+
+def _corpus() -> Iterator[str]:
+    """A small corpus covering chat framing, number words, digits and ``I'm N`` replies."""
+    yield from _SENTENCES
+    for i, word in enumerate(_NUMBER_WORDS):
+        yield f"{word} {word.capitalize()} {word.upper()}"
+        yield f"I'm {word}. I'm {i}. The number is {i}."
+    for i in range(101):
+        yield f"{i} = {i}; I'm {i}"
+    for role in ("system", "user", "assistant"):
+        yield f"{IM_START}{role}\n{_SENTENCES[0]}{IM_END}\n"
+    yield "0123456789 +-*/=()[]{}<>.,:;!?\"'` \n\t"
+
+
+def build_tokenizer(vocab_size: int = 768) -> PreTrainedTokenizerFast:
+    """Train a byte-level BPE with Qwen's special tokens; returns a ``PreTrainedTokenizerFast``.
+
+    Digits are split one by one before byte-level encoding, as in Qwen, so numbers tokenize the
+    same way a real Qwen tokenizer would treat them.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(list(_corpus()), trainer=trainer)
+    make_fast = cast("Callable[..., PreTrainedTokenizerFast]", PreTrainedTokenizerFast)
+    return make_fast(
+        tokenizer_object=tok,
+        eos_token=IM_END,
+        pad_token=END_OF_TEXT,
+        bos_token=None,
+        unk_token=None,
+        clean_up_tokenization_spaces=False,
+        model_max_length=4096,
+    )
+
+
+def _new_model(config: Qwen3Config) -> Qwen3ForCausalLM:
+    """Instantiate the model (transformers' constructor is untyped, hence the cast)."""
+    from transformers import Qwen3ForCausalLM
+
+    return cast("Callable[[Qwen3Config], Qwen3ForCausalLM]", Qwen3ForCausalLM)(config)
+
+
+def build_tiny_model(
+    out_dir: Path,
+    *,
+    seed: int = 0,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    intermediate_size: int = 128,
+    vocab_size: int = 768,
+    max_position_embeddings: int = 4096,
+) -> Path:
+    """Write a tiny, randomly initialised Qwen3 model plus tokenizer to ``out_dir``; returns it."""
+    import torch
+    from transformers import Qwen3Config
+
+    tokenizer = build_tokenizer(vocab_size)
+    actual_vocab = len(tokenizer)
+    config = Qwen3Config.from_dict(
+        dict(
+            vocab_size=actual_vocab,
+            hidden_size=hidden_size,
+            intermediate_size=intermediate_size,
+            num_hidden_layers=num_layers,
+            num_attention_heads=num_heads,
+            num_key_value_heads=num_kv_heads,
+            head_dim=hidden_size // num_heads,
+            max_position_embeddings=max_position_embeddings,
+            tie_word_embeddings=True,
+            bos_token_id=None,
+            eos_token_id=tokenizer.convert_tokens_to_ids(IM_END),
+            pad_token_id=tokenizer.convert_tokens_to_ids(END_OF_TEXT),
+        )
+    )
+    generator_state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        model = _new_model(config)
+    finally:
+        torch.random.set_rng_state(generator_state)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m adapters.local.tiny_model OUT_DIR``: build the tiny model there."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("out_dir", type=Path)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    path = build_tiny_model(args.out_dir, seed=args.seed)
+    print(path)
+
+
+if __name__ == "__main__":
+    main()
