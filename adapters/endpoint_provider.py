@@ -1,0 +1,376 @@
+"""The LiteLLM provider behind the agent-facing endpoint: chat messages in, policy samples out.
+
+It renders OpenAI chat messages with a tinker-cookbook renderer, samples from whichever
+``ports.policy.Sampler`` is current, and answers with a LiteLLM ``ModelResponse`` that carries
+``prompt_token_ids``, ``choices[i].token_ids`` and OpenAI-style ``logprobs``: the fields
+Agent-lightning's AgentOps instrumentation copies into the ``openai.chat.completion`` span, from
+which ``TracerTraceToTriplet`` builds training triplets without re-tokenising anything.
+
+The cookbook's own provider (``tinker_cookbook.third_party.litellm``) is bound to a
+``tinker.SamplingClient`` and returns no per-token logprobs, so it cannot serve the port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import math
+import threading
+import uuid
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TypeVar, cast
+
+import litellm
+from litellm.exceptions import BadRequestError, Timeout
+from litellm.llms.custom_llm import CustomLLM
+from litellm.types.utils import (
+    ChatCompletionMessageToolCall,
+    ChatCompletionTokenLogprob,
+    ChoiceLogprobs,
+    Choices,
+    Message,
+    ModelResponse,
+    Usage,
+)
+from litellm.utils import custom_llm_setup
+from tinker_cookbook import renderers
+from tinker_cookbook.third_party.openai_compat import openai_messages_to_tinker, openai_tools_to_tinker
+
+from ports.policy import SampledSequence, Sampler, SamplingParams, StopReason
+
+T = TypeVar("T")
+
+MAX_STOP_STRINGS = 4
+"""OpenAI's limit on ``stop`` entries in one request."""
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingDefaults:
+    """What a request gets for each parameter it leaves out, and the bounds it may ask for.
+
+    Swapping these (``PolicyEndpoint.set_sampling_defaults``) is how evaluation samples at a
+    different temperature from training without touching agent code.
+    """
+
+    max_tokens: int = 512
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    seed: int | None = None
+    max_tokens_limit: int = 8192
+    """Largest ``max_tokens`` a request may ask for."""
+    max_samples: int = 8
+    """Largest ``n`` a request may ask for."""
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_tokens <= self.max_tokens_limit:
+            raise ValueError(f"max_tokens {self.max_tokens} must lie in [1, {self.max_tokens_limit}]")
+        _check_temperature(self.temperature)
+        _check_top_p(self.top_p)
+        _check_top_k(self.top_k)
+        if self.max_samples < 1:
+            raise ValueError(f"max_samples must be >= 1, got {self.max_samples}")
+
+
+def _check_temperature(value: float) -> None:
+    if not (math.isfinite(value) and 0.0 <= value <= 2.0):
+        raise ValueError(f"temperature {value} must lie in [0, 2]")
+
+
+def _check_top_p(value: float) -> None:
+    if not (math.isfinite(value) and 0.0 < value <= 1.0):
+        raise ValueError(f"top_p {value} must lie in (0, 1]")
+
+
+def _check_top_k(value: int) -> None:
+    if value != -1 and value < 1:
+        raise ValueError(f"top_k {value} must be -1 (no limit) or >= 1")
+
+
+def _int_param(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer, got {type(value).__name__}")
+    return value
+
+
+def _float_param(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{name} must be a number, got {type(value).__name__}")
+    return float(value)
+
+
+def _stop_strings(value: object) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    entries: list[object] = [value] if isinstance(value, str) else list(cast(Sequence[object], value))
+    if not isinstance(value, str | list | tuple) or len(entries) > MAX_STOP_STRINGS:
+        raise ValueError(f"stop must be a string or a list of at most {MAX_STOP_STRINGS} strings")
+    if not all(isinstance(s, str) and s for s in entries):
+        raise ValueError("stop entries must be non-empty strings")
+    return tuple(cast(list[str], entries))
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingRequest:
+    """The validated sampling part of one chat-completion request."""
+
+    params: SamplingParams
+    num_samples: int
+
+
+def sampling_request(
+    optional_params: Mapping[str, object],
+    defaults: SamplingDefaults,
+    renderer_stops: Sequence[str] | Sequence[int],
+) -> SamplingRequest:
+    """Request parameters, checked against ``defaults``' bounds, merged with the renderer's stops.
+
+    Raises ``ValueError`` naming the offending parameter; the provider turns it into HTTP 400.
+    """
+    max_tokens = defaults.max_tokens
+    for key in ("max_completion_tokens", "max_tokens"):
+        if optional_params.get(key) is not None:
+            max_tokens = _int_param(key, optional_params[key])
+            break
+    if not 1 <= max_tokens <= defaults.max_tokens_limit:
+        raise ValueError(f"max_tokens {max_tokens} must lie in [1, {defaults.max_tokens_limit}]")
+    temperature = defaults.temperature
+    if optional_params.get("temperature") is not None:
+        temperature = _float_param("temperature", optional_params["temperature"])
+        _check_temperature(temperature)
+    top_p = defaults.top_p
+    if optional_params.get("top_p") is not None:
+        top_p = _float_param("top_p", optional_params["top_p"])
+        _check_top_p(top_p)
+    top_k = defaults.top_k
+    if optional_params.get("top_k") is not None:
+        top_k = _int_param("top_k", optional_params["top_k"])
+        _check_top_k(top_k)
+    seed = defaults.seed
+    if optional_params.get("seed") is not None:
+        seed = _int_param("seed", optional_params["seed"])
+    num_samples = 1
+    if optional_params.get("n") is not None:
+        num_samples = _int_param("n", optional_params["n"])
+        if not 1 <= num_samples <= defaults.max_samples:
+            raise ValueError(f"n {num_samples} must lie in [1, {defaults.max_samples}]")
+    request_stops = _stop_strings(optional_params.get("stop"))
+    stop_token_ids = tuple(s for s in renderer_stops if isinstance(s, int))
+    renderer_stop_strings = tuple(s for s in renderer_stops if isinstance(s, str))
+    return SamplingRequest(
+        params=SamplingParams(
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            stop_token_ids=stop_token_ids,
+            stop_strings=tuple(dict.fromkeys(renderer_stop_strings + request_stops)),
+            seed=seed,
+        ),
+        num_samples=num_samples,
+    )
+
+
+def prompt_tokens(
+    renderer: renderers.Renderer, messages: Sequence[Mapping[str, object]], tools: object
+) -> list[int]:
+    """Render OpenAI chat messages (and tool declarations) into the generation prompt's tokens."""
+    conversation = openai_messages_to_tinker([dict(m) for m in messages])
+    if isinstance(tools, list) and tools:
+        system_prompt = ""
+        if conversation and conversation[0]["role"] == "system":
+            content = conversation[0].get("content")
+            system_prompt = content if isinstance(content, str) else ""
+            conversation = conversation[1:]
+        tool_specs = openai_tools_to_tinker(cast(list[dict[str, object]], tools))  # type: ignore[arg-type]
+        conversation = renderer.create_conversation_prefix_with_tools(tool_specs, system_prompt) + conversation
+    return cast(list[int], renderer.build_generation_prompt(conversation).to_ints())
+
+
+def _token_logprobs(renderer: renderers.Renderer, sequence: SampledSequence) -> ChoiceLogprobs:
+    """OpenAI-shaped logprobs. ``top_logprobs`` stay empty: the port samples no alternatives."""
+    texts = cast(list[str], renderer.tokenizer.batch_decode([[t] for t in sequence.tokens]))
+    return ChoiceLogprobs(
+        content=[
+            ChatCompletionTokenLogprob(
+                token=text, bytes=list(text.encode("utf-8")), logprob=logprob, top_logprobs=[]
+            )
+            for text, logprob in zip(texts, sequence.logprobs, strict=True)
+        ]
+    )
+
+
+def _choice(renderer: renderers.Renderer, index: int, sequence: SampledSequence) -> Choices:
+    parsed, _termination = renderer.parse_response(list(sequence.tokens))
+    content = parsed.get("content", "")
+    text = content if isinstance(content, str) else renderers.format_content_as_string(content)
+    tool_calls = [
+        ChatCompletionMessageToolCall(
+            id=call.id or f"call_{uuid.uuid4().hex[:12]}",
+            type="function",
+            function={"name": call.function.name, "arguments": call.function.arguments},
+        )
+        for call in parsed.get("tool_calls") or []
+    ]
+    if tool_calls:
+        finish_reason = "tool_calls"
+    else:
+        finish_reason = "length" if sequence.stop_reason is StopReason.LENGTH else "stop"
+    return Choices(
+        index=index,
+        finish_reason=finish_reason,
+        message=Message(role="assistant", content=text or None, tool_calls=tool_calls or None),
+        logprobs=_token_logprobs(renderer, sequence),
+        token_ids=list(sequence.tokens),
+    )
+
+
+def model_response(
+    renderer: renderers.Renderer,
+    model: str,
+    prompt_token_ids: Sequence[int],
+    sequences: Sequence[SampledSequence],
+    fingerprint: str,
+) -> ModelResponse:
+    """The LiteLLM response carrying the exact tokens and logprobs the sampler produced."""
+    completion_tokens = sum(len(s.tokens) for s in sequences)
+    return ModelResponse(
+        id=f"chatcmpl-policy-{uuid.uuid4().hex}",
+        model=model,
+        system_fingerprint=fingerprint,
+        choices=[_choice(renderer, i, s) for i, s in enumerate(sequences)],
+        usage=Usage(
+            prompt_tokens=len(prompt_token_ids),
+            completion_tokens=completion_tokens,
+            total_tokens=len(prompt_token_ids) + completion_tokens,
+        ),
+        prompt_token_ids=list(prompt_token_ids),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PolicySnapshot:
+    """What one request samples with; replaced whole, so a request never mixes two versions."""
+
+    sampler: Sampler | None
+    defaults: SamplingDefaults
+    version: int
+
+
+class LoopBridge:
+    """Runs a sampler's coroutines on the loop that owns the sampler, from any thread's loop.
+
+    The proxy serves requests on its own event loop in a thread; samplers (torch models, tinker
+    clients, asyncio locks) belong to the training loop. Awaiting their coroutines on the proxy's
+    loop would tie loop-bound state to the wrong loop, so requests hop to the owner's loop.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
+
+    async def run(self, make: Callable[[], Coroutine[object, object, T]], timeout_s: float) -> T:
+        """``await make()`` on the owner loop; ``TimeoutError`` after ``timeout_s``."""
+        if asyncio.get_running_loop() is self._loop:
+            return await asyncio.wait_for(make(), timeout_s)
+        if self._loop.is_closed() or not self._loop.is_running():
+            raise RuntimeError("the event loop that owns the sampler is not running")
+        future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(make(), self._loop)
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), timeout_s)
+        finally:
+            future.cancel()
+
+
+class PolicyProvider(CustomLLM):
+    """LiteLLM ``CustomLLM`` that serves the current ``PolicySnapshot`` through a renderer."""
+
+    def __init__(
+        self,
+        renderer: renderers.Renderer,
+        snapshot: PolicySnapshot,
+        bridge: LoopBridge | None = None,
+        request_timeout_s: float = 300.0,
+    ) -> None:
+        super().__init__()
+        self._renderer = renderer
+        self._renderer_stops = renderer.get_stop_sequences()
+        self._snapshot = snapshot
+        self._bridge = bridge
+        self._request_timeout_s = request_timeout_s
+        self._lock = threading.Lock()
+
+    @property
+    def snapshot(self) -> PolicySnapshot:
+        return self._snapshot
+
+    def bind_loop(self, bridge: LoopBridge | None) -> None:
+        self._bridge = bridge
+
+    def set_sampler(self, sampler: Sampler) -> int:
+        """Serve ``sampler`` from the next request on; returns the new policy version."""
+        with self._lock:
+            self._snapshot = replace(self._snapshot, sampler=sampler, version=self._snapshot.version + 1)
+            return self._snapshot.version
+
+    def set_defaults(self, defaults: SamplingDefaults) -> None:
+        with self._lock:
+            self._snapshot = replace(self._snapshot, defaults=defaults)
+
+    def register(self, provider_name: str) -> None:
+        """Put this handler under ``provider_name`` in LiteLLM, leaving other providers alone."""
+        entry = {"provider": provider_name, "custom_handler": self}
+        current = list(litellm.custom_provider_map)
+        names = [item["provider"] for item in current]
+        if provider_name in names:
+            current[names.index(provider_name)] = entry  # type: ignore[call-overload]
+        else:
+            current.append(entry)  # type: ignore[arg-type]
+        litellm.custom_provider_map = current
+        custom_llm_setup()
+
+    def unregister(self, provider_name: str) -> None:
+        litellm.custom_provider_map = [
+            item
+            for item in litellm.custom_provider_map
+            if not (item["provider"] == provider_name and item["custom_handler"] is self)
+        ]
+
+    async def acompletion(self, *args: object, **kwargs: object) -> ModelResponse:  # type: ignore[override]
+        """LiteLLM's entry point for ``/v1/chat/completions``."""
+        model = str(kwargs.get("model", ""))
+        snapshot = self._snapshot
+        optional_params = cast(Mapping[str, object], kwargs.get("optional_params") or {})
+        messages = cast(Sequence[Mapping[str, object]], kwargs.get("messages") or [])
+        try:
+            request = sampling_request(optional_params, snapshot.defaults, self._renderer_stops)
+            tokens_P = prompt_tokens(self._renderer, messages, optional_params.get("tools"))
+        except (ValueError, KeyError, TypeError) as error:
+            raise BadRequestError(message=str(error), model=model, llm_provider="agl-tinker") from error
+        sampler = snapshot.sampler
+        if sampler is None:
+            raise BadRequestError(message="no policy sampler is set yet", model=model, llm_provider="agl-tinker")
+
+        def call() -> Coroutine[object, object, Sequence[SampledSequence]]:
+            return _sample(sampler, tokens_P, request)
+
+        try:
+            if self._bridge is None:
+                sequences = await asyncio.wait_for(call(), self._request_timeout_s)
+            else:
+                sequences = await self._bridge.run(call, self._request_timeout_s)
+        except TimeoutError as error:
+            raise Timeout(
+                message=f"sampling took longer than {self._request_timeout_s} s",
+                model=model,
+                llm_provider="agl-tinker",
+            ) from error
+        return model_response(self._renderer, model, tokens_P, sequences, f"policy-v{snapshot.version}")
+
+
+async def _sample(sampler: Sampler, tokens_P: Sequence[int], request: SamplingRequest) -> Sequence[SampledSequence]:
+    return await sampler.sample(tokens_P, request.params, request.num_samples)
