@@ -1,0 +1,214 @@
+"""``LocalTrainer``: the ``Trainer`` port over an in-process PyTorch causal LM.
+
+Mirrors Tinker's ``TrainingClient``: ``forward_backward`` accumulates gradients of Tinker's summed
+losses (see ``losses``), ``optim_step`` applies Adam with ``AdamParams`` and zeroes them, and
+``sampler`` publishes a frozen copy of the current weights. All torch work runs on one worker
+thread so the event loop stays free.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, cast
+
+import torch
+from safetensors.torch import load_model as load_safetensors
+from safetensors.torch import save_model as save_safetensors
+
+from adapters.local.losses import build_inputs, token_losses
+from adapters.local.model_io import add_lora, frozen_copy, load_model, load_tokenizer
+from adapters.local.sampler import LocalSampler
+from adapters.local.worker import TorchWorker
+from ports.policy import AdamParams, ForwardBackwardOutput, LossName, TrainingDatum
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+_WEIGHTS = "weights.safetensors"
+_OPTIMIZER = "optimizer.pt"
+_META = "state.json"
+
+
+class LocalTrainer:
+    """A trainable policy held in this process (full fine-tuning, or LoRA with ``lora_rank > 0``)."""
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        *,
+        dtype: torch.dtype = torch.float32,
+        lora_rank: int = 0,
+        lora_alpha: int | None = None,
+        seed: int = 0,
+        checkpoint_dir: str | Path | None = None,
+        num_threads: int | None = None,
+        max_batch_rows: int = 64,
+        tokens_per_chunk: int = 16384,
+    ) -> None:
+        """Load ``model_path`` (local directory). Checkpoints go to ``checkpoint_dir`` (a temp dir if unset)."""
+        self._path = Path(model_path)
+        self._dtype = dtype
+        self._lora_rank = lora_rank
+        self._seed = seed
+        self._checkpoint_dir = Path(checkpoint_dir or tempfile.mkdtemp(prefix="local-trainer-"))
+        self._max_batch_rows = max_batch_rows
+        self._tokens_per_chunk = tokens_per_chunk
+        self._worker = TorchWorker(num_threads)
+        self._tokenizer = load_tokenizer(self._path)
+        model = load_model(self._path, dtype)
+        if lora_rank > 0:
+            model = add_lora(model, lora_rank, lora_alpha, seed)
+        model.train()
+        self._model = model
+        self._params = [p for p in model.parameters() if p.requires_grad]
+        self._optimizer = torch.optim.AdamW(self._params, lr=AdamParams().learning_rate)
+        self._steps = 0
+        pad = self._tokenizer.pad_token_id
+        self._pad = int(pad) if isinstance(pad, int) else 0
+
+    @property
+    def tokenizer(self) -> PreTrainedTokenizerBase:
+        return self._tokenizer
+
+    @property
+    def tokenizer_path(self) -> str:
+        """Where the tokenizer lives, for ``tinker_cookbook.tokenizer_utils.get_tokenizer``."""
+        return str(self._path)
+
+    @property
+    def model(self) -> PreTrainedModel:
+        """The live training model (mutated by ``optim_step``)."""
+        return self._model
+
+    @property
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        return list(self._params)
+
+    async def forward_backward(self, data_D: Sequence[TrainingDatum], loss: LossName) -> ForwardBackwardOutput:
+        """Add the gradient of ``loss`` (summed over all tokens of ``data_D``) to the accumulated one."""
+        return await self._worker.run(functools.partial(self._forward, list(data_D), loss, True))
+
+    async def forward(self, data_D: Sequence[TrainingDatum], loss: LossName) -> ForwardBackwardOutput:
+        """Like ``forward_backward`` but without gradients (Tinker's ``forward``)."""
+        return await self._worker.run(functools.partial(self._forward, list(data_D), loss, False))
+
+    async def optim_step(self, params: AdamParams) -> Mapping[str, float]:
+        """Apply one AdamW step with the accumulated gradients, then zero them."""
+        return await self._worker.run(functools.partial(self._optim_step, params))
+
+    async def sampler(self, name: str) -> LocalSampler:
+        """Publish a frozen copy of the current weights; later steps never change what it samples."""
+        model = await self._worker.run(functools.partial(frozen_copy, self._model))
+        return LocalSampler(model, self._tokenizer, worker=self._worker, name=name, max_batch_rows=self._max_batch_rows)
+
+    async def save_state(self, name: str) -> str:
+        """Write weights, optimizer state and metadata under ``checkpoint_dir/name``; returns that path."""
+        return await self._worker.run(functools.partial(self._save, name))
+
+    async def load_state(self, path: str) -> None:
+        """Restore weights and optimizer state written by ``save_state``."""
+        await self._worker.run(functools.partial(self._load, Path(path)))
+
+    def close(self) -> None:
+        """Stop the worker thread (after queued work)."""
+        self._worker.close()
+
+    def _forward(self, data: list[TrainingDatum], loss: LossName, backward: bool) -> ForwardBackwardOutput:
+        if not data:
+            return ForwardBackwardOutput(logprobs_D=(), metrics={"loss:sum": 0.0})
+        logprobs_D: list[tuple[float, ...]] = []
+        total = 0.0
+        for chunk in self._chunks(data):
+            with torch.set_grad_enabled(backward):
+                target_logprobs = self._target_logprobs(chunk)
+                inputs = build_inputs(chunk, loss, target_logprobs.dtype)
+                target_logprobs = target_logprobs * inputs.valid
+                chunk_loss = token_losses(loss, target_logprobs, inputs).sum()
+            if backward:
+                torch.autograd.backward(chunk_loss)
+            total += float(chunk_loss.detach())
+            rows = target_logprobs.detach().tolist()
+            logprobs_D.extend(tuple(row[: len(d.model_input)]) for d, row in zip(chunk, rows, strict=True))
+        return ForwardBackwardOutput(logprobs_D=tuple(logprobs_D), metrics={"loss:sum": total})
+
+    def _chunks(self, data: list[TrainingDatum]) -> list[list[TrainingDatum]]:
+        """Split into padded batches of at most ``tokens_per_chunk`` tokens (the loss is a sum, so exact)."""
+        chunks: list[list[TrainingDatum]] = [[]]
+        width = 0
+        for d in data:
+            new_width = max(width, len(d.model_input))
+            if chunks[-1] and new_width * (len(chunks[-1]) + 1) > self._tokens_per_chunk:
+                chunks.append([])
+                new_width = len(d.model_input)
+            chunks[-1].append(d)
+            width = new_width
+        return chunks
+
+    def _target_logprobs(self, data: list[TrainingDatum]) -> torch.Tensor:
+        """log p(target_t | input_<=t) for every position, right-padded to [D, T]."""
+        width = max(len(d.model_input) for d in data)
+        ids = torch.full((len(data), width), self._pad, dtype=torch.long)
+        mask = torch.zeros((len(data), width), dtype=torch.long)
+        targets = torch.zeros((len(data), width), dtype=torch.long)
+        for i, d in enumerate(data):
+            if not d.model_input:
+                raise ValueError("datum model_input must not be empty")
+            n = len(d.model_input)
+            ids[i, :n] = torch.tensor(d.model_input, dtype=torch.long)
+            mask[i, :n] = 1
+            targets[i, :n] = torch.tensor(d.target_tokens[:n], dtype=torch.long)
+        logits = cast(torch.Tensor, self._model(input_ids=ids, attention_mask=mask).logits)
+        logprobs = torch.log_softmax(logits.to(torch.float64 if self._dtype == torch.float64 else torch.float32), -1)
+        return logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+    def _optim_step(self, params: AdamParams) -> dict[str, float]:
+        for group in self._optimizer.param_groups:
+            group.update(
+                lr=params.learning_rate,
+                betas=(params.beta1, params.beta2),
+                eps=params.eps,
+                weight_decay=params.weight_decay,
+            )
+        grads = [p.grad for p in self._params if p.grad is not None]
+        norm = (
+            float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))) if grads else 0.0
+        )
+        if params.grad_clip_norm > 0 and grads:
+            torch.nn.utils.clip_grad_norm_(self._params, params.grad_clip_norm)
+        if not math.isfinite(norm):
+            raise FloatingPointError(f"non-finite gradient norm {norm}")
+        self._optimizer.step()
+        self._optimizer.zero_grad(set_to_none=True)
+        self._steps += 1
+        return {"grad_norm": norm, "learning_rate": params.learning_rate, "step": float(self._steps)}
+
+    def _save(self, name: str) -> str:
+        out = self._checkpoint_dir / name
+        out.mkdir(parents=True, exist_ok=True)
+        save_safetensors(self._model, str(out / _WEIGHTS))
+        torch.save(self._optimizer.state_dict(), out / _OPTIMIZER)
+        meta = {
+            "name": name,
+            "base_model": str(self._path),
+            "lora_rank": self._lora_rank,
+            "dtype": str(self._dtype),
+            "steps": self._steps,
+        }
+        (out / _META).write_text(json.dumps(meta, indent=2))
+        return str(out)
+
+    def _load(self, path: Path) -> None:
+        meta = json.loads((path / _META).read_text())
+        if int(meta["lora_rank"]) != self._lora_rank:
+            raise ValueError(f"checkpoint has lora_rank {meta['lora_rank']}, trainer has {self._lora_rank}")
+        missing, unexpected = load_safetensors(self._model, str(path / _WEIGHTS))
+        if missing or unexpected:
+            raise ValueError(f"checkpoint does not match the model: missing={missing}, unexpected={unexpected}")
+        self._optimizer.load_state_dict(torch.load(path / _OPTIMIZER, weights_only=True))
+        self._optimizer.zero_grad(set_to_none=True)
+        self._steps = int(meta["steps"])
