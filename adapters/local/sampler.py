@@ -111,6 +111,22 @@ class LocalSampler:
             self._driver = asyncio.create_task(self._drive())
         return await future
 
+    async def compute_logprobs(self, tokens: Sequence[int]) -> list[float | None]:
+        """Logprob of each token given the ones before it (``None`` for the first), as Tinker's."""
+        ids = list(tokens)
+        return await self._worker.run(functools.partial(self._score, ids))
+
+    def _score(self, ids: list[int]) -> list[float | None]:
+        if not ids:
+            return []
+        with torch.inference_mode():
+            inputs = torch.tensor([ids], dtype=torch.long)
+            logits = cast(torch.Tensor, self._model(input_ids=inputs).logits)[0, :-1]
+            self._forward_passes += 1
+            lps = torch.log_softmax(logits.double() if logits.dtype == torch.float64 else logits.float(), -1)
+            picked = lps.gather(1, inputs[0, 1:].unsqueeze(1)).squeeze(1).tolist()
+        return [None, *(float(x) for x in picked)]
+
     def _decode(self, tokens: list[int]) -> str:
         return cast(str, self._tokenizer.decode(tokens))
 
