@@ -17,6 +17,7 @@ from types import TracebackType
 
 from agentlightning import LLM, LightningStore, LLMProxy
 from agentlightning.utils.server_launcher import PythonServerLauncherArgs
+from litellm.proxy.shutdown.graceful_shutdown_manager import GracefulShutdownManager
 from tinker_cookbook import renderers
 
 from adapters.endpoint_provider import LoopBridge, PolicyProvider, PolicySnapshot, SamplingDefaults
@@ -181,6 +182,9 @@ class PolicyEndpoint:
             ),
             callbacks=["return_token_ids"] if config.lean_spans else None,
         )
+        # A stopped proxy leaves LiteLLM's process-wide shutdown flag set, and the liveliness probe
+        # of the next proxy in this process would then answer 503 until the startup timeout.
+        GracefulShutdownManager.reset()
         try:
             await proxy.start()
         except BaseException:

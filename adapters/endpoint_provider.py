@@ -19,11 +19,12 @@ import threading
 import uuid
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import litellm
 from litellm.exceptions import BadRequestError, Timeout
 from litellm.llms.custom_llm import CustomLLM
+from litellm.types.llms.custom_llm import CustomLLMItem
 from litellm.types.utils import (
     ChatCompletionMessageToolCall,
     ChatCompletionTokenLogprob,
@@ -172,9 +173,7 @@ def sampling_request(
     )
 
 
-def prompt_tokens(
-    renderer: renderers.Renderer, messages: Sequence[Mapping[str, object]], tools: object
-) -> list[int]:
+def prompt_tokens(renderer: renderers.Renderer, messages: Sequence[Mapping[str, object]], tools: object) -> list[int]:
     """Render OpenAI chat messages (and tool declarations) into the generation prompt's tokens."""
     conversation = openai_messages_to_tinker([dict(m) for m in messages])
     if isinstance(tools, list) and tools:
@@ -183,19 +182,17 @@ def prompt_tokens(
             content = conversation[0].get("content")
             system_prompt = content if isinstance(content, str) else ""
             conversation = conversation[1:]
-        tool_specs = openai_tools_to_tinker(cast(list[dict[str, object]], tools))  # type: ignore[arg-type]
+        tool_specs = openai_tools_to_tinker(cast(list[dict[str, Any]], tools))
         conversation = renderer.create_conversation_prefix_with_tools(tool_specs, system_prompt) + conversation
-    return cast(list[int], renderer.build_generation_prompt(conversation).to_ints())
+    return renderer.build_generation_prompt(conversation).to_ints()
 
 
 def _token_logprobs(renderer: renderers.Renderer, sequence: SampledSequence) -> ChoiceLogprobs:
     """OpenAI-shaped logprobs. ``top_logprobs`` stay empty: the port samples no alternatives."""
-    texts = cast(list[str], renderer.tokenizer.batch_decode([[t] for t in sequence.tokens]))
+    texts = renderer.tokenizer.batch_decode([[t] for t in sequence.tokens])
     return ChoiceLogprobs(
         content=[
-            ChatCompletionTokenLogprob(
-                token=text, bytes=list(text.encode("utf-8")), logprob=logprob, top_logprobs=[]
-            )
+            ChatCompletionTokenLogprob(token=text, bytes=list(text.encode("utf-8")), logprob=logprob, top_logprobs=[])
             for text, logprob in zip(texts, sequence.logprobs, strict=True)
         ]
     )
@@ -323,15 +320,10 @@ class PolicyProvider(CustomLLM):
 
     def register(self, provider_name: str) -> None:
         """Put this handler under ``provider_name`` in LiteLLM, leaving other providers alone."""
-        entry = {"provider": provider_name, "custom_handler": self}
-        current = list(litellm.custom_provider_map)
-        names = [item["provider"] for item in current]
-        if provider_name in names:
-            current[names.index(provider_name)] = entry  # type: ignore[call-overload]
-        else:
-            current.append(entry)  # type: ignore[arg-type]
-        litellm.custom_provider_map = current
-        custom_llm_setup()
+        entry = CustomLLMItem(provider=provider_name, custom_handler=self)
+        current = [item for item in litellm.custom_provider_map if item["provider"] != provider_name]
+        litellm.custom_provider_map = [*current, entry]
+        cast(Callable[[], None], custom_llm_setup)()
 
     def unregister(self, provider_name: str) -> None:
         litellm.custom_provider_map = [
@@ -340,7 +332,7 @@ class PolicyProvider(CustomLLM):
             if not (item["provider"] == provider_name and item["custom_handler"] is self)
         ]
 
-    async def acompletion(self, *args: object, **kwargs: object) -> ModelResponse:  # type: ignore[override]
+    async def acompletion(self, *args: object, **kwargs: object) -> ModelResponse:
         """LiteLLM's entry point for ``/v1/chat/completions``."""
         model = str(kwargs.get("model", ""))
         snapshot = self._snapshot
