@@ -63,7 +63,8 @@ class LocalTrainer:
         model = load_model(self._path, dtype)
         if lora_rank > 0:
             model = add_lora(model, lora_rank, lora_alpha, seed)
-        model.train()
+        # Dropout stays off (eval mode) so training-forward logprobs equal the sampler's; gradients still flow.
+        cast(torch.nn.Module, model).eval()
         self._model = model
         self._params = [p for p in model.parameters() if p.requires_grad]
         self._optimizer = torch.optim.AdamW(self._params, lr=AdamParams().learning_rate)

@@ -22,7 +22,12 @@ class TorchWorker:
     """Runs callables one at a time on a dedicated thread and awaits their results."""
 
     def __init__(self, num_threads: int | None = None) -> None:
-        threads = num_threads or os.cpu_count() or 1
+        """``num_threads`` defaults to all cores but one.
+
+        The spare core is for the event loop: torch's idle OpenMP threads spin between steps, and
+        on a 2-core machine a busy loop thread competing with them made sampling up to 10x slower.
+        """
+        threads = num_threads or max(1, (os.cpu_count() or 1) - 1)
         torch.set_num_threads(threads)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="local-torch")
 
