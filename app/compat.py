@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
 from agentlightning import LightningStore, Rollout, RolloutMode, Span, TraceToTripletBase
-from tinker_cookbook.rl.data_processing import compute_advantages
 from tinker_cookbook.rl.metric_util import compute_trajectory_metrics
 from tinker_cookbook.rl.types import Trajectory, TrajectoryGroup
 
@@ -211,8 +210,3 @@ def evaluation_metrics(groups_P: list[TrajectoryGroup], *, n_tasks: int) -> dict
     usable = sum(1 for g in groups_P if any(t.transitions for t in g.trajectories_G))
     metrics["env/all/frac_tasks_usable"] = usable / n_tasks if n_tasks else 0.0
     return metrics
-
-
-def advantages_of(groups_P: list[TrajectoryGroup]) -> list[list[float]]:
-    """Per-group GRPO advantages as the cookbook computes them (for logs and tests)."""
-    return [a.tolist() for a in compute_advantages(groups_P)]

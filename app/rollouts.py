@@ -53,7 +53,6 @@ class RolloutStats:
     """What a batch cost, for logs and benchmarks."""
 
     store_calls: int = 0
-    ticks: int = 0
 
 
 OnResult = Callable[[int, RolloutResult], None]
@@ -75,14 +74,16 @@ async def run_rollouts(
     next_request = 0
     tick = options.min_tick_s
 
+    def record(index: int, result: RolloutResult) -> None:
+        results[index] = result
+        if on_result is not None:
+            on_result(index, result)
+
     async def finish(index: int, rollout_id: str, status: str) -> None:
         spans = await store.latest_spans(rollout_id)
         stats.store_calls += 1
         trajectory = reconstruct_trajectory(triplets.adapt(spans), options.reward_policy)
-        result = RolloutResult(rollout_id=rollout_id, status=status, trajectory=trajectory)
-        results[index] = result
-        if on_result is not None:
-            on_result(index, result)
+        record(index, RolloutResult(rollout_id=rollout_id, status=status, trajectory=trajectory))
 
     while next_request < len(requests) or pending:
         progressed = False
@@ -99,7 +100,6 @@ async def run_rollouts(
 
         terminal = await store.terminal_statuses(list(pending))
         stats.store_calls += 1
-        stats.ticks += 1
         if terminal:
             progressed = True
             done = [(pending.pop(rid), rid, status) for rid, status in terminal.items() if rid in pending]
@@ -114,10 +114,7 @@ async def run_rollouts(
             for rid in expired:
                 index, _ = pending.pop(rid)
                 logger.warning("rollout %s passed its %.1fs deadline; cancelled", rid, options.rollout_timeout_s)
-                result = RolloutResult(rollout_id=rid, status=TIMED_OUT, trajectory=EMPTY_TRAJECTORY)
-                results[index] = result
-                if on_result is not None:
-                    on_result(index, result)
+                record(index, RolloutResult(rollout_id=rid, status=TIMED_OUT, trajectory=EMPTY_TRAJECTORY))
 
         if pending:
             tick = options.min_tick_s if progressed else min(tick * 2, options.max_tick_s)

@@ -12,14 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = {"agentlightning", "tinker", "tinker_cookbook", "torch", "litellm", "transformers", "openai", "httpx"}
 IO = {"socket", "subprocess", "urllib", "http", "requests", "asyncio", "os", "pathlib", "shutil", "sqlite3"}
-COMPOSITION_ROOTS = {
-    "app/compat.py",
-    "app/bootstrap.py",
-    "app/cli.py",
-    "app/training.py",
-    "app/demo.py",
-    "app/demo_agent.py",
-}
+COMPOSITION_ROOTS = {"app/compat.py", "app/demo.py", "app/demo_agent.py"}
 
 
 def imported_roots(path: Path) -> set[str]:
