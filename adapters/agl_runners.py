@@ -68,10 +68,18 @@ def _runner_process(
 ) -> None:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     os.environ.setdefault("TINKER_TELEMETRY", "0")
+    os.environ.setdefault("AGENTOPS_LOG_LEVEL", "ERROR")  # no "Session Replay" line per rollout
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when runners stop
     agent = load_agent(agent_reference)
-    store = LightningStoreClient(store_url)
-    asyncio.run(run_runner(agent, store, stop, worker_id=worker_id, poll_interval_s=poll_interval_s))
+
+    async def serve() -> None:
+        store = LightningStoreClient(store_url)
+        try:
+            await run_runner(agent, store, stop, worker_id=worker_id, poll_interval_s=poll_interval_s)
+        finally:
+            await store.close()
+
+    asyncio.run(serve())
 
 
 class RunnerProcesses:

@@ -9,6 +9,8 @@ its port and the running agents never restart.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import ipaddress
 import logging
 import os
@@ -65,6 +67,8 @@ class EndpointConfig:
     lean_spans: bool = True
     """Skip LiteLLM's own OpenTelemetry spans (the client-side span keeps ids and logprobs)."""
     startup_timeout_s: float = 60.0
+    quiet: bool = True
+    """Keep LiteLLM's start-up banner off stdout and the server's request logs below warnings."""
 
 
 def _litellm_config(config: EndpointConfig) -> dict[str, object]:
@@ -179,6 +183,7 @@ class PolicyEndpoint:
                 # /health would sample from the policy (and needs the key); liveliness does neither.
                 healthcheck_url="/health/liveliness",
                 startup_timeout=config.startup_timeout_s,
+                log_level=logging.WARNING if config.quiet else logging.INFO,
             ),
             callbacks=["return_token_ids"] if config.lean_spans else None,
         )
@@ -186,7 +191,8 @@ class PolicyEndpoint:
         # of the next proxy in this process would then answer 503 until the startup timeout.
         GracefulShutdownManager.reset()
         try:
-            await proxy.start()
+            with contextlib.redirect_stdout(io.StringIO()) if config.quiet else contextlib.nullcontext():
+                await proxy.start()
         except BaseException:
             self._provider.unregister(config.provider_name)
             raise

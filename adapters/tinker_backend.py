@@ -103,6 +103,14 @@ def datum_to_tinker(datum: TrainingDatum, loss: LossName) -> types.Datum:
     return types.Datum(model_input=types.ModelInput.from_ints(list(datum.model_input)), loss_fn_inputs=inputs)
 
 
+def _without_mask(datum: types.Datum) -> types.Datum:
+    """What the server's losses accept: the cookbook drops ``mask`` (it only feeds KL metrics) before sending."""
+    if "mask" not in datum.loss_fn_inputs:
+        return datum
+    inputs = {k: v for k, v in datum.loss_fn_inputs.items() if k != "mask"}
+    return types.Datum(model_input=datum.model_input, loss_fn_inputs=inputs)
+
+
 def datum_from_tinker(datum: types.Datum) -> TrainingDatum:
     """The port's view of a ``tinker.Datum`` (float32 values come back as Python floats)."""
     inputs = datum.loss_fn_inputs
@@ -248,6 +256,11 @@ class TinkerSampler:
         response = await _bounded(future.result_async(), self._timeout_s, "sample")
         return sequences_from_tinker(response)
 
+    async def compute_logprobs(self, tokens: Sequence[int]) -> list[float | None]:
+        """Logprob of each token given the ones before it (``None`` for the first), for KL penalties."""
+        prompt = types.ModelInput.from_ints(list(tokens))
+        return list(await _bounded(self._client.compute_logprobs(prompt), self._timeout_s, "compute_logprobs"))
+
     def __repr__(self) -> str:
         return f"TinkerSampler(name={self.name!r})"
 
@@ -297,7 +310,7 @@ class TinkerTrainer:
             raise TinkerUnavailable(f"tinker {what}: cannot reach the server") from error
 
     async def forward_backward(self, data_D: Sequence[TrainingDatum], loss: LossName) -> ForwardBackwardOutput:
-        datums = [datum_to_tinker(d, loss) for d in data_D]
+        datums = [_without_mask(datum_to_tinker(d, loss)) for d in data_D]
         output = await self._train_call(
             lambda: self._client.forward_backward(datums, loss_fn=loss.value).result(),
             "forward_backward",

@@ -12,7 +12,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = {"agentlightning", "tinker", "tinker_cookbook", "torch", "litellm", "transformers", "openai", "httpx"}
 IO = {"socket", "subprocess", "urllib", "http", "requests", "asyncio", "os", "pathlib", "shutil", "sqlite3"}
-COMPOSITION_ROOTS = {"app/compat.py", "app/demo.py", "app/demo_agent.py"}
+COMPOSITION_ROOTS = {
+    "app/compat.py",
+    "app/console.py",
+    "app/demo.py",
+    "app/demo_agent.py",
+    "app/launch.py",
+    "app/training.py",
+}
 
 
 def imported_roots(path: Path) -> set[str]:

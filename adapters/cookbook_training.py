@@ -1,0 +1,112 @@
+"""Training data from trajectory groups, built by tinker-cookbook's own data processing.
+
+RL: ``compute_advantages`` (group-centred rewards) and ``assemble_training_data`` (prefix-merged
+datums with masks), optionally ``incorporate_kl_penalty`` against a reference policy. SFT:
+``conversation_to_datum`` through the renderer. The results are converted to the port's
+``TrainingDatum`` so either backend can train on them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import tinker
+import torch
+from tinker_cookbook import renderers
+from tinker_cookbook.rl.data_processing import assemble_training_data, compute_advantages
+from tinker_cookbook.rl.metrics import compute_kl_sample_train, incorporate_kl_penalty
+from tinker_cookbook.rl.types import TrajectoryGroup
+from tinker_cookbook.supervised.data import conversation_to_datum
+from tinker_cookbook.utils.misc_utils import split_list
+
+from adapters.tinker_backend import datum_from_tinker, datum_to_tinker
+from ports.policy import LossName, TrainingDatum
+
+
+class LogprobScorer(Protocol):
+    """A frozen policy that scores a token sequence (the KL reference)."""
+
+    async def compute_logprobs(self, tokens: Sequence[int]) -> list[float | None]: ...
+
+
+class _CookbookReference:
+    """Gives a ``LogprobScorer`` the ``compute_logprobs_async`` shape ``incorporate_kl_penalty`` calls."""
+
+    def __init__(self, scorer: LogprobScorer) -> None:
+        self._scorer = scorer
+
+    async def compute_logprobs_async(self, model_input: tinker.ModelInput) -> list[float | None]:
+        return await self._scorer.compute_logprobs(model_input.to_ints())
+
+
+@dataclass(frozen=True, slots=True)
+class KLPenalty:
+    """Cookbook KL-to-reference shaping of the advantages; off when ``coef`` is 0."""
+
+    coef: float = 0.0
+    discount_factor: float = 0.0
+
+
+async def rl_training_data(
+    groups_P: Sequence[TrajectoryGroup],
+    *,
+    kl: KLPenalty | None = None,
+    reference: LogprobScorer | None = None,
+) -> tuple[list[TrainingDatum], dict[str, float]]:
+    """Datums for an RL loss from the batch's groups (empty when no group has an action token)."""
+    groups = list(groups_P)
+    if not groups:
+        return [], {}
+    advantages_P = compute_advantages(groups)
+    data_D, _metadata = assemble_training_data(groups, advantages_P)
+    metrics: dict[str, float] = {}
+    if kl is not None and kl.coef > 0 and data_D:
+        if reference is None:
+            raise ValueError("a KL penalty needs a reference policy")
+        shaped = await incorporate_kl_penalty(
+            data_D,
+            _CookbookReference(reference),  # duck-typed: only compute_logprobs_async is called
+            kl.coef,
+            kl.discount_factor,
+        )
+        metrics.update({k: float(v) for k, v in shaped.items()})
+    return [datum_from_tinker(d) for d in data_D], metrics
+
+
+def supervised_datum(
+    conversation: Sequence[renderers.Message], renderer: renderers.Renderer, max_length: int | None = None
+) -> TrainingDatum:
+    """A cross-entropy datum training on the assistant messages (weights normalised per example)."""
+    return datum_from_tinker(conversation_to_datum(list(conversation), renderer, max_length))
+
+
+def substeps(data_D: Sequence[TrainingDatum], num_substeps: int) -> list[list[TrainingDatum]]:
+    """The batch split into ``num_substeps`` minibatches, as the cookbook's ``train_step`` splits it."""
+    if not data_D:
+        return []
+    return split_list(list(data_D), min(num_substeps, len(data_D)))
+
+
+def sample_train_kl(
+    data_D: Sequence[TrainingDatum], training_logprobs_D: Sequence[Sequence[float]]
+) -> dict[str, float]:
+    """The cookbook's KL between sampling and training-forward logprobs, and the sampling entropy."""
+    rl = [d for d in data_D if d.mask]
+    if not rl or not any(any(m > 0 for m in d.mask) for d in rl):
+        return {}
+    tinker_D = [datum_to_tinker(d, LossName.IMPORTANCE_SAMPLING) for d in data_D]
+    logprobs_D = [torch.tensor(list(lp), dtype=torch.float32) for lp in training_logprobs_D]
+    return {k: float(v) for k, v in compute_kl_sample_train(tinker_D, logprobs_D).items()}
+
+
+def mean_metrics(metrics_list: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Per-key mean over substeps (keys missing from some substeps average over those present)."""
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for metrics in metrics_list:
+        for key, value in metrics.items():
+            sums[key] = sums.get(key, 0.0) + float(value)
+            counts[key] = counts.get(key, 0) + 1
+    return {key: sums[key] / counts[key] for key in sums}

@@ -1,0 +1,154 @@
+"""``agl-tinker``: train, serve a store, run runners, evaluate, and plot a run.
+
+Every failure the user can fix (a bad config, an unreachable store, a missing model) ends with
+one ``error:`` line and a non-zero exit code: 2 for configuration, 1 for everything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+
+from returns.result import Failure, Success
+
+from app.config import ConfigError, TrainConfig, load_config
+
+EXIT_CONFIG = 2
+EXIT_RUNTIME = 1
+
+_QUIET_LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "httpx", "agentlightning", "opentelemetry", "uvicorn")
+
+
+def _setup_environment(verbose: bool) -> None:
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    os.environ.setdefault("TINKER_TELEMETRY", "0")
+    os.environ.setdefault("LITELLM_DONT_SHOW_FEEDBACK_BOX", "true")
+    os.environ.setdefault("AGENTOPS_LOG_LEVEL", "ERROR")
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
+    if not verbose:
+        for name in _QUIET_LOGGERS:
+            logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def _error(message: str, code: int) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return code
+
+
+def _config(args: argparse.Namespace) -> TrainConfig | ConfigError:
+    loaded = load_config(args.config, args.overrides)
+    if isinstance(loaded, Failure):
+        error: ConfigError = loaded.failure()
+        return error
+    config: TrainConfig = loaded.unwrap()
+    return config
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    config = _config(args)
+    if isinstance(config, ConfigError):
+        return _error(str(config), EXIT_CONFIG)
+    if args.show_config:
+        print(json.dumps(config.model_dump(), indent=2))
+        return 0
+    from app.console import run_training_with_progress
+
+    return run_training_with_progress(config, write_plot=not args.no_report)
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    config = _config(args)
+    if isinstance(config, ConfigError):
+        return _error(str(config), EXIT_CONFIG)
+    from app.console import run_evaluation
+
+    return run_evaluation(config, args.checkpoint)
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from app.report import write_report
+
+    match write_report(args.log_path, args.out):
+        case Success(path):
+            print(f"wrote {path}")
+            return 0
+        case Failure(message):
+            return _error(str(message), EXIT_RUNTIME)
+    raise AssertionError("unreachable")
+
+
+def _cmd_store(args: argparse.Namespace) -> int:
+    from app.console import serve_store
+
+    return serve_store(args.host, args.port)
+
+
+def _cmd_runner(args: argparse.Namespace) -> int:
+    from app.console import serve_runners
+
+    return serve_runners(args.agent, args.store, args.n)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agl-tinker", description="Train Agent-lightning agents with the Tinker RL loop."
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO, including the dependencies")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def config_args(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--config", help="a .toml or .json file of settings (see app/config.py)")
+        sub.add_argument("overrides", nargs="*", metavar="key=value", help="settings on top, e.g. learning_rate=1e-3")
+
+    train = commands.add_parser("train", help="train: embedded store, endpoint, runners and trainer in one command")
+    config_args(train)
+    train.add_argument("--show-config", action="store_true", help="print the resolved config and exit")
+    train.add_argument("--no-report", action="store_true", help="do not write report.png at the end")
+    train.set_defaults(run=_cmd_train)
+
+    evaluate = commands.add_parser(
+        "eval", help="evaluate the last checkpoint of a run (or --checkpoint) on its test tasks"
+    )
+    config_args(evaluate)
+    evaluate.add_argument("--checkpoint", help="a state path from checkpoints.jsonl (default: the run's last)")
+    evaluate.set_defaults(run=_cmd_eval)
+
+    report = commands.add_parser("report", help="plot reward and loss curves of a run to a PNG")
+    report.add_argument("log_path", nargs="?", default="runs/demo")
+    report.add_argument("--out", help="PNG path (default: LOG_PATH/report.png)")
+    report.set_defaults(run=_cmd_report)
+
+    store = commands.add_parser("store", help="serve an in-memory Agent-lightning store over HTTP for other machines")
+    store.add_argument("--host", default="127.0.0.1", help="bind address (default loopback; 0.0.0.0 exposes it)")
+    store.add_argument("--port", type=int, default=4747)
+    store.set_defaults(run=_cmd_store)
+
+    runner = commands.add_parser("runner", help="run N runner processes that take rollouts from a store URL")
+    runner.add_argument("--store", required=True, help="store URL, e.g. http://127.0.0.1:4747")
+    runner.add_argument(
+        "--agent", default=TrainConfig().agent, help="package.module:attribute of the @agl.rollout agent"
+    )
+    runner.add_argument("-n", type=int, default=4, help="number of runner processes")
+    runner.set_defaults(run=_cmd_runner)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    _setup_environment(args.verbose)
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        return int(args.run(args))
+    except KeyboardInterrupt:
+        return _error("interrupted", 130)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

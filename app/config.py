@@ -1,0 +1,193 @@
+"""The training configuration: one typed, frozen model, from a TOML/JSON file plus ``key=value`` overrides.
+
+Knobs are the original example's and tinker-cookbook's (learning rate, batch and group size,
+epochs, sampling, loss, KL, substeps, cadence, store address), plus this project's deadlines,
+runner count and policy backend. Loading never raises on bad input: it returns a
+``ConfigError`` that names every offending field in one line.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from returns.result import Failure, Result, Success
+
+DEMO = "demo"
+"""``tasks``/``test_tasks`` value selecting the shipped number-word task (``app.demo_task``)."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class PolicyConfig(_Frozen):
+    """Which backend trains and serves the policy."""
+
+    backend: Literal["local", "tinker"] = "local"
+    model_path: str | None = None
+    """local: a Hugging Face model directory on disk; unset builds the tiny offline model."""
+    base_model: str | None = None
+    """tinker: the base model name on the service (e.g. ``Qwen/Qwen3-4B-Instruct-2507``)."""
+    base_url: str | None = None
+    """tinker: a Tinker-compatible server; unset uses ``TINKER_BASE_URL`` or the hosted service."""
+    renderer_name: str = "qwen3_instruct"
+    lora_rank: int = Field(default=0, ge=0)
+    """0 trains all weights (local only); tinker trains LoRA adapters and needs a rank."""
+    num_threads: int | None = Field(default=None, ge=1)
+    """local: torch threads; unset leaves one core for the event loop."""
+
+    @model_validator(mode="after")
+    def _backend_fields(self) -> PolicyConfig:
+        if self.backend == "tinker":
+            if not self.base_model:
+                raise ValueError("the tinker backend needs policy.base_model")
+            if self.lora_rank < 1:
+                raise ValueError("the tinker backend trains LoRA adapters: set policy.lora_rank >= 1 (e.g. 32)")
+        return self
+
+
+class WarmStartConfig(_Frozen):
+    """Supervised steps before RL (the demo uses them to teach the answer format)."""
+
+    steps: int = Field(default=0, ge=0)
+    batch_size: int = Field(default=32, ge=1)
+    learning_rate: float = Field(default=1e-2, gt=0)
+
+
+class TrainConfig(_Frozen):
+    """Everything one training run needs; ``agl-tinker train`` shows it with ``--show-config``."""
+
+    agent: str = "app.demo_agent:digit_agent"
+    """The ``@agl.rollout`` agent as ``package.module:attribute`` (runner processes import it)."""
+    tasks: str = DEMO
+    """Training tasks: ``demo`` or a ``.jsonl``/``.csv``/``.parquet`` file of task records."""
+    test_tasks: str | None = DEMO
+    """Evaluation tasks (each rolled out once); unset splits ``tasks`` 70/30 like the original."""
+    demo_repeats: int = Field(default=8, ge=1)
+    """demo: how many times each number word appears in the training tasks."""
+    log_path: str = "runs/demo"
+    """Where metrics.jsonl, checkpoints.jsonl, checkpoints and the report go; a rerun resumes."""
+    policy: PolicyConfig = PolicyConfig()
+    warm_start: WarmStartConfig = WarmStartConfig()
+
+    learning_rate: float = Field(default=5e-4, gt=0)
+    batch_size: int = Field(default=8, ge=1)
+    """Groups (tasks) per batch."""
+    group_size: int = Field(default=8, ge=1)
+    """Rollouts per task (GRPO group)."""
+    n_epochs: int = Field(default=1, ge=1)
+    max_batches: int | None = Field(default=None, ge=1)
+    """Stop after this many batches in total (unset: every batch of every epoch)."""
+    seed: int = 0
+
+    max_tokens: int = Field(default=8, ge=1)
+    train_temperature: float = Field(default=1.0, ge=0, le=2)
+    eval_temperature: float = Field(default=0.0, ge=0, le=2)
+    top_p: float = Field(default=1.0, gt=0, le=1)
+    top_k: int = -1
+
+    loss_fn: Literal["importance_sampling", "ppo"] = "importance_sampling"
+    num_substeps: int = Field(default=1, ge=1)
+    kl_penalty_coef: float = Field(default=0.0, ge=0)
+    kl_discount_factor: float = Field(default=0.0, ge=0, le=1)
+    remove_constant_reward_groups: bool = False
+
+    eval_every: int = Field(default=5, ge=0)
+    """Evaluate before every ``eval_every``-th batch and after the last (0: never)."""
+    save_every: int = Field(default=10, ge=0)
+    """Checkpoint after every ``save_every``-th batch (0: only at the end)."""
+
+    store_url: str | None = None
+    """Unset: an embedded store served on 127.0.0.1 for the runners. Set: an ``agl store`` URL."""
+    store_port: int | None = Field(default=None, ge=1, le=65535)
+    """Embedded store's port (unset: a free one)."""
+    n_runners: int = Field(default=4, ge=0)
+    """Runner processes ``train`` starts; 0 when runners attach from elsewhere (``agl-tinker runner``)."""
+    endpoint_host: str = "127.0.0.1"
+    endpoint_port: int | None = Field(default=None, ge=1, le=65535)
+    concurrency: int = Field(default=64, ge=1)
+    """Rollouts in the store at once, across the batch's groups."""
+    rollout_timeout_s: float = Field(default=120.0, gt=0)
+    """Deadline of one rollout; past it the rollout is cancelled and counted as timed out."""
+    wandb_project: str | None = None
+    wandb_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigError:
+    """Why a configuration was refused, as one line for the terminal."""
+
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def load_config(path: str | None = None, overrides: Sequence[str] = ()) -> Result[TrainConfig, ConfigError]:
+    """The config in ``path`` (``.toml`` or ``.json``; unset: defaults) with ``a.b=value`` overrides on top."""
+    return _read_file(path).bind(lambda data: _apply_overrides(data, overrides)).bind(_validate)
+
+
+def _read_file(path: str | None) -> Result[dict[str, Any], ConfigError]:
+    if path is None:
+        return Success({})
+    file = Path(path)
+    if not file.is_file():
+        return Failure(ConfigError(f"config file {path} does not exist"))
+    try:
+        if file.suffix == ".toml":
+            data: object = tomllib.loads(file.read_text())
+        elif file.suffix == ".json":
+            data = json.loads(file.read_text())
+        else:
+            return Failure(ConfigError(f"config file {path}: use .toml or .json, not {file.suffix or 'no suffix'}"))
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError, UnicodeDecodeError) as error:
+        return Failure(ConfigError(f"config file {path} is not valid {file.suffix[1:].upper()}: {error}"))
+    if not isinstance(data, dict):
+        return Failure(ConfigError(f"config file {path} must hold a table of settings"))
+    return Success(data)
+
+
+def _parse_value(text: str) -> object:
+    """JSON where it parses (numbers, booleans, null, lists), the raw string otherwise."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> Result[dict[str, Any], ConfigError]:
+    merged: dict[str, Any] = json.loads(json.dumps(data))
+    for override in overrides:
+        key, sep, value = override.partition("=")
+        if not sep or not key.strip():
+            return Failure(ConfigError(f"override {override!r} must look like key=value (e.g. learning_rate=1e-3)"))
+        *parents, leaf = key.strip().split(".")
+        table = merged
+        for part in parents:
+            child = table.setdefault(part, {})
+            if not isinstance(child, dict):
+                return Failure(ConfigError(f"override {override!r}: {part} is not a table"))
+            table = child
+        table[leaf] = _parse_value(value)
+    return Success(merged)
+
+
+def _validate(data: Mapping[str, Any]) -> Result[TrainConfig, ConfigError]:
+    try:
+        return Success(TrainConfig.model_validate(data))
+    except ValidationError as error:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {_message(e)}" for e in error.errors())
+        return Failure(ConfigError(f"invalid config: {problems}"))
+
+
+def _message(error: Mapping[str, Any]) -> str:
+    if error.get("type") == "extra_forbidden":
+        return "unknown setting"
+    return str(error.get("msg", "invalid")).removeprefix("Value error, ")

@@ -1,0 +1,170 @@
+"""The terminal side of the CLI: progress bars, one-line errors, and the long-running servers."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from pathlib import Path
+
+import agentlightning as agl
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from adapters.agl_runners import RunnerProcesses
+from adapters.tinker_backend import TinkerError
+from app.config import TrainConfig
+from app.launch import LaunchError, open_run, store_launcher_args, train
+from app.report import write_report
+from app.training import REWARD_KEY, TrainingHooks, evaluate, last_checkpoint
+from domain.groups import RolloutResult
+
+EXIT_RUNTIME = 1
+console = Console(stderr=True)
+
+_EXPECTED = (LaunchError, TinkerError, FileNotFoundError, ValueError, OSError)
+
+
+def _fail(error: BaseException) -> int:
+    console.print(f"[red]error:[/red] {error}", highlight=False)
+    return EXIT_RUNTIME
+
+
+def _hooks(progress: Progress, n_batches: int) -> TrainingHooks:
+    batches = progress.add_task("batches", total=n_batches)
+    rollouts = progress.add_task("rollouts", total=0)
+    statuses: Counter[str] = Counter()
+
+    def on_batch_start(i_batch: int, n: int) -> None:
+        statuses.clear()
+        progress.update(batches, completed=i_batch)
+        progress.reset(rollouts, total=n, description=f"batch {i_batch} rollouts")
+
+    def on_rollout(result: RolloutResult) -> None:
+        statuses[result.status] += 1
+        progress.advance(rollouts)
+
+    def on_batch_end(i_batch: int, metrics: dict[str, float]) -> None:
+        progress.update(batches, completed=i_batch + 1)
+        odd = {k: v for k, v in statuses.items() if k != "succeeded"}
+        progress.console.print(
+            f"batch {i_batch:>3}: train reward {metrics.get(REWARD_KEY, float('nan')):.3f}  "
+            f"loss {metrics.get('optim/loss:sum', float('nan')):8.3f}  "
+            f"{metrics['time/total']:.1f}s ({metrics['rollouts/per_s']:.0f} rollouts/s)" + (f"  {odd}" if odd else ""),
+            highlight=False,
+        )
+
+    def on_eval(i_batch: int, metrics: dict[str, float]) -> None:
+        reward = metrics.get("test/" + REWARD_KEY, float("nan"))
+        progress.console.print(f"[bold]eval before batch {i_batch}: test reward {reward:.3f}[/bold]")
+
+    return TrainingHooks(
+        on_batch_start=on_batch_start,
+        on_rollout=on_rollout,
+        on_batch_end=on_batch_end,
+        on_eval=on_eval,
+        on_log=lambda message: progress.console.print(message, highlight=False),
+    )
+
+
+def run_training_with_progress(config: TrainConfig, *, write_plot: bool = True) -> int:
+    """``agl-tinker train``: the run with progress bars; prints reward before/after and writes the plot."""
+    started = time.perf_counter()
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=False) as progress:
+        n_batches = _batch_count(config)
+        try:
+            summary = asyncio.run(train(config, _hooks(progress, n_batches)))
+        except _EXPECTED as error:
+            return _fail(error)
+    elapsed = time.perf_counter() - started
+    if summary.start_batch >= summary.end_batch:
+        console.print(f"run in {config.log_path} is already complete ({summary.end_batch} batches)")
+    else:
+        console.print(f"trained batches {summary.start_batch}..{summary.end_batch - 1} in {elapsed:.0f}s")
+    if summary.reward_before is not None and summary.reward_after is not None:
+        console.print(
+            f"[bold]test reward: {summary.reward_before:.3f} before -> {summary.reward_after:.3f} after[/bold]"
+        )
+    if write_plot:
+        match_report = write_report(config.log_path)
+        path = match_report.value_or(None)
+        console.print(f"report: {path}" if path is not None else "report: no metrics to plot")
+    return 0
+
+
+def _batch_count(config: TrainConfig) -> int:
+    from app.launch import build_datasets
+    from app.training import total_batches
+
+    try:
+        dataset, _ = asyncio.run(build_datasets(config))
+    except LaunchError:
+        return 0
+    return total_batches(config, dataset)
+
+
+def run_evaluation(config: TrainConfig, checkpoint: str | None) -> int:
+    """``agl-tinker eval``: the test-set metrics of a checkpoint, printed as lines of ``key value``."""
+
+    async def go() -> dict[str, float]:
+        async with open_run(config) as parts:
+            path = checkpoint or _last_state(config)
+            if path is not None:
+                await parts.trainer.load_state(path)
+            parts.endpoint.set_sampler(await parts.trainer.sampler("eval"))
+            resources = await parts.store.add_resources({"main_llm": parts.endpoint.as_resource()})
+            return await evaluate(parts, resources.resources_id, 0)
+
+    try:
+        metrics = asyncio.run(go())
+    except _EXPECTED as error:
+        return _fail(error)
+    if not metrics:
+        return _fail(LaunchError("no test tasks configured (test_tasks)"))
+    for key in sorted(metrics):
+        print(f"{key} {metrics[key]:.6g}")
+    return 0
+
+
+def _last_state(config: TrainConfig) -> str | None:
+    record = last_checkpoint(config.log_path)
+    if record is None:
+        console.print(f"no checkpoint in {Path(config.log_path) / 'checkpoints.jsonl'}: evaluating the initial weights")
+        return None
+    return record.state_path
+
+
+def serve_store(host: str, port: int) -> int:
+    """``agl-tinker store``: an in-memory store over HTTP until interrupted."""
+
+    async def go() -> None:
+        server = agl.LightningStoreServer(agl.InMemoryLightningStore(), launcher_args=store_launcher_args(host, port))
+        await server.start()
+        console.print(f"store serving at {server.endpoint} (Ctrl-C to stop)")
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await server.stop()
+
+    try:
+        asyncio.run(go())
+    except OSError as error:
+        return _fail(LaunchError(f"cannot serve the store on {host}:{port}: {error}"))
+    return 0
+
+
+def serve_runners(agent: str, store_url: str, n: int) -> int:
+    """``agl-tinker runner``: ``n`` runner processes on ``store_url`` until interrupted."""
+    try:
+        runners = RunnerProcesses(agent, store_url, n)
+    except ValueError as error:
+        return _fail(error)
+    with runners:
+        console.print(f"{n} runner(s) of {agent} attached to {store_url} (Ctrl-C to stop)")
+        try:
+            while runners.alive:
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            return 0
+    return _fail(LaunchError("every runner process exited")) if n else 0

@@ -1,0 +1,253 @@
+"""Composition root of a training run: backend, store, runners, endpoint, datasets, logger.
+
+``open_run`` builds every part from a ``TrainConfig`` and tears them down in reverse order;
+``train`` runs the loop on them. One-click mode (no ``store_url``) serves an embedded
+``InMemoryLightningStore`` on 127.0.0.1 and starts ``n_runners`` runner processes on it;
+distributed mode attaches to an ``agl store`` URL where runners from other machines take rollouts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import agentlightning as agl
+from agentlightning.store.client_server import API_V1_AGL_PREFIX
+from agentlightning.utils.server_launcher import PythonServerLauncherArgs
+from tinker_cookbook import renderers
+from tinker_cookbook.renderers import get_renderer
+from tinker_cookbook.tokenizer_utils import get_tokenizer
+from tinker_cookbook.utils import ml_log
+
+from adapters.agl_runners import RunnerProcesses, load_agent
+from adapters.cookbook_env import AGLDataset, AGLDatasetBuilder
+from adapters.cookbook_training import LogprobScorer
+from adapters.endpoint import EndpointConfig, PolicyEndpoint
+from adapters.endpoint_provider import SamplingDefaults
+from app import demo_task
+from app.config import DEMO, TrainConfig
+from app.training import TrainingHooks, TrainingParts, TrainingSummary, run_training
+from ports.policy import Trainer
+
+logger = logging.getLogger(__name__)
+
+STORE_CONNECT_TIMEOUT_S = 10.0
+
+
+class LaunchError(RuntimeError):
+    """A part of the run could not be set up; the message says which and why, in one line."""
+
+
+@dataclass(frozen=True, slots=True)
+class Backend:
+    trainer: Trainer
+    renderer: renderers.Renderer
+    close: Any = None
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def store_launcher_args(host: str, port: int) -> PythonServerLauncherArgs:
+    """A store server in a thread of this process, logging only warnings (no per-request lines)."""
+    return PythonServerLauncherArgs(
+        host=host,
+        port=port,
+        launch_mode="thread",
+        healthcheck_url=API_V1_AGL_PREFIX + "/health",
+        log_level=logging.WARNING,
+    )
+
+
+def local_model_dir(config: TrainConfig) -> Path:
+    """The configured model directory, or the tiny offline model (built once under ``log_path``)."""
+    if config.policy.model_path is not None:
+        path = Path(config.policy.model_path).expanduser()
+        if not (path / "config.json").is_file():
+            raise LaunchError(f"no Hugging Face model at {path} (expected {path / 'config.json'})")
+        return path
+    from adapters.local import build_tiny_model
+
+    path = Path(config.log_path) / "tiny-model"
+    if not (path / "config.json").is_file():
+        build_tiny_model(path, seed=config.seed)
+    return path
+
+
+async def open_backend(config: TrainConfig) -> Backend:
+    policy = config.policy
+    if policy.backend == "local":
+        from adapters.local import LocalTrainer
+
+        model_dir = local_model_dir(config)
+        trainer = LocalTrainer(
+            model_dir,
+            lora_rank=policy.lora_rank,
+            seed=config.seed,
+            checkpoint_dir=Path(config.log_path) / "checkpoints",
+            num_threads=policy.num_threads,
+        )
+        renderer = get_renderer(policy.renderer_name, get_tokenizer(str(model_dir)))
+        return Backend(trainer=trainer, renderer=renderer, close=trainer.close)
+    from adapters.tinker_backend import TinkerConfig, TinkerTrainer
+
+    assert policy.base_model is not None  # checked by PolicyConfig
+    tinker_trainer = await TinkerTrainer.connect(
+        TinkerConfig(
+            base_model=policy.base_model, lora_rank=policy.lora_rank, base_url=policy.base_url, seed=config.seed
+        )
+    )
+    renderer = get_renderer(policy.renderer_name, get_tokenizer(policy.base_model))
+    return Backend(trainer=tinker_trainer, renderer=renderer)
+
+
+def _tasks(source: str, config: TrainConfig, *, train: bool) -> Sequence[Any] | str:
+    if source == DEMO:
+        return demo_task.digit_tasks(config.demo_repeats if train else 1)
+    if not Path(source).is_file():
+        raise LaunchError(f"task file {source} does not exist")
+    return source
+
+
+async def build_datasets(config: TrainConfig) -> tuple[AGLDataset[Any], AGLDataset[Any] | None]:
+    train = _tasks(config.tasks, config, train=True)
+    test = _tasks(config.test_tasks, config, train=False) if config.test_tasks is not None else None
+    builder: AGLDatasetBuilder[Any] = AGLDatasetBuilder(
+        batch_size=config.batch_size,
+        group_size=config.group_size,
+        n_epochs=config.n_epochs,
+        seed=config.seed,
+        train_file=train if isinstance(train, str) else None,
+        train_dataset=None if isinstance(train, str) else train,
+        val_file=test if isinstance(test, str) else None,
+        val_dataset=None if isinstance(test, str) or test is None else test,
+    )
+    try:
+        dataset, test_dataset = await builder()
+    except ValueError as error:
+        raise LaunchError(str(error)) from error
+    if len(dataset) == 0:
+        raise LaunchError(f"{len(dataset.dataset)} training tasks make no batch of {config.batch_size}")
+    return dataset, test_dataset
+
+
+def warm_start_chats(config: TrainConfig) -> list[list[renderers.Message]]:
+    if config.warm_start.steps == 0:
+        return []
+    if config.tasks != DEMO:
+        raise LaunchError("warm_start.steps > 0 is only defined for the demo task")
+    n = max(config.warm_start.batch_size * 8, 64)
+    return cast(list[list[renderers.Message]], demo_task.format_warm_start(n, seed=config.seed))
+
+
+@contextlib.asynccontextmanager
+async def open_store(config: TrainConfig) -> AsyncIterator[tuple[agl.LightningStore, str]]:
+    """The store the loop and the endpoint use, and the URL runners attach to."""
+    if config.store_url is not None:
+        client = agl.LightningStoreClient(config.store_url)
+        try:
+            await asyncio.wait_for(client.query_rollouts(limit=1), STORE_CONNECT_TIMEOUT_S)
+        except (TimeoutError, OSError, Exception) as error:
+            await client.close()
+            raise LaunchError(f"cannot reach the store at {config.store_url}: {type(error).__name__}") from error
+        try:
+            yield client, config.store_url
+        finally:
+            await client.close()
+        return
+    store = agl.InMemoryLightningStore(thread_safe=True)
+    server = agl.LightningStoreServer(
+        store, launcher_args=store_launcher_args("127.0.0.1", config.store_port or free_port())
+    )
+    await server.start()
+    try:
+        yield store, server.endpoint
+    finally:
+        await server.stop()
+
+
+def open_logger(config: TrainConfig) -> ml_log.Logger:
+    """metrics.jsonl (and config.json) through the cookbook's JSON logger; W&B when configured."""
+    loggers: list[ml_log.Logger] = [ml_log.JsonLogger(config.log_path)]
+    if config.wandb_project:
+        loggers.append(
+            ml_log.WandbLogger(
+                project=config.wandb_project,
+                config=config.model_dump(),
+                log_dir=config.log_path,
+                wandb_name=config.wandb_name,
+            )
+        )
+    ml_logger = ml_log.MultiplexLogger(loggers)
+    ml_logger.log_hparams(config.model_dump())
+    return ml_logger
+
+
+@contextlib.asynccontextmanager
+async def open_run(config: TrainConfig) -> AsyncIterator[TrainingParts]:
+    """Every part of a run, started in dependency order and stopped in reverse."""
+    Path(config.log_path).mkdir(parents=True, exist_ok=True)
+    if config.n_runners > 0:
+        try:
+            load_agent(config.agent)
+        except ValueError as error:
+            raise LaunchError(str(error)) from error
+    dataset, test_dataset = await build_datasets(config)
+    chats = warm_start_chats(config)
+    backend = await open_backend(config)
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            store, url = await stack.enter_async_context(open_store(config))
+            defaults = SamplingDefaults(
+                max_tokens=config.max_tokens,
+                temperature=config.train_temperature,
+                top_p=config.top_p,
+                top_k=config.top_k,
+                max_tokens_limit=max(config.max_tokens, 8192),
+            )
+            endpoint = PolicyEndpoint(
+                store,
+                backend.renderer,
+                EndpointConfig(host=config.endpoint_host, port=config.endpoint_port, defaults=defaults),
+            )
+            await stack.enter_async_context(endpoint)
+            if config.n_runners > 0:
+                runners = RunnerProcesses(config.agent, url, config.n_runners)
+                stack.enter_context(runners)
+            reference: LogprobScorer | None = None
+            if config.kl_penalty_coef > 0:
+                reference = cast(LogprobScorer, await backend.trainer.sampler("kl-reference"))
+            yield TrainingParts(
+                config=config,
+                trainer=backend.trainer,
+                renderer=backend.renderer,
+                endpoint=endpoint,
+                store=store,
+                adapter=agl.TracerTraceToTriplet(),
+                dataset=dataset,
+                test_dataset=test_dataset,
+                warm_start_chats=chats,
+                reference=reference,
+            )
+    finally:
+        if backend.close is not None:
+            backend.close()
+
+
+async def train(config: TrainConfig, hooks: TrainingHooks | None = None) -> TrainingSummary:
+    """One training run from a config: the facade a trainer embeds."""
+    ml_logger = open_logger(config)
+    try:
+        async with open_run(config) as parts:
+            return await run_training(parts, ml_logger, hooks)
+    finally:
+        ml_logger.close()

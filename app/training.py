@@ -1,0 +1,299 @@
+"""The synchronous on-policy RL loop over Agent-lightning rollouts (tinker-cookbook's ``do_sync_training``).
+
+Per batch: register the endpoint as the store's LLM resource, evaluate on the test set every
+``eval_every`` batches, roll out the batch's groups through the store and runners, drop
+constant-reward groups if asked, build datums with the cookbook (advantages, prefix merging,
+optional KL shaping), run ``num_substeps`` forward-backward + optimizer steps, publish the new
+weights to the endpoint, log metrics, and checkpoint every ``save_every`` batches. The loop
+resumes from ``checkpoints.jsonl`` at the batch after the last saved one, so a crash repeats
+no finished batch and skips none. It takes its parts as arguments; ``app.launch`` builds them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentlightning import LightningStore, TraceToTripletBase
+from tinker_cookbook import renderers
+from tinker_cookbook.checkpoint_utils import get_last_checkpoint
+from tinker_cookbook.rl.metric_util import compute_trajectory_metrics
+from tinker_cookbook.rl.types import TrajectoryGroup
+from tinker_cookbook.utils import ml_log
+
+from adapters.cookbook_training import (
+    KLPenalty,
+    LogprobScorer,
+    mean_metrics,
+    rl_training_data,
+    sample_train_kl,
+    substeps,
+    supervised_datum,
+)
+from adapters.endpoint import PolicyEndpoint
+from app.compat import AGLDataset, AGLTestSetEvaluator, do_group_of_group_rollouts
+from app.config import TrainConfig
+from app.rollouts import RolloutStats
+from domain.groups import RolloutResult
+from ports.policy import AdamParams, LossName, Trainer, TrainingDatum
+
+logger = logging.getLogger(__name__)
+
+REWARD_KEY = "env/all/reward/total"
+"""Mean total reward per trajectory in cookbook metrics (the test set's is ``test/`` + this)."""
+CHECKPOINTS_FILE = "checkpoints.jsonl"
+METRICS_FILE = "metrics.jsonl"
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """A resumable point: ``batch`` batches are done and ``state_path`` holds weights and optimizer."""
+
+    name: str
+    batch: int
+    state_path: str
+
+
+def last_checkpoint(log_path: str | Path) -> Checkpoint | None:
+    """The newest resumable record of ``checkpoints.jsonl`` (the cookbook's format and reader)."""
+    record = get_last_checkpoint(str(log_path))
+    if record is None or record.batch is None or record.state_path is None:
+        return None
+    return Checkpoint(name=record.name, batch=record.batch, state_path=record.state_path)
+
+
+async def save_checkpoint(trainer: Trainer, log_path: str | Path, name: str, batch: int, **extra: Any) -> Checkpoint:
+    """Save the trainer's state and append its record (written last, so a crash mid-save is ignored)."""
+    state_path = await trainer.save_state(name)
+    record = {"name": name, "batch": batch, "state_path": state_path, **extra}
+    with open(Path(log_path) / CHECKPOINTS_FILE, "a") as file:
+        file.write(json.dumps(record) + "\n")
+    return Checkpoint(name=name, batch=batch, state_path=state_path)
+
+
+@dataclass(slots=True)
+class TrainingHooks:
+    """Progress callbacks for a UI (all optional)."""
+
+    on_batch_start: Callable[[int, int], None] | None = None
+    """(i_batch, n_rollouts)"""
+    on_rollout: Callable[[RolloutResult], None] | None = None
+    on_batch_end: Callable[[int, dict[str, float]], None] | None = None
+    on_eval: Callable[[int, dict[str, float]], None] | None = None
+    on_log: Callable[[str], None] | None = None
+
+
+@dataclass(slots=True)
+class TrainingSummary:
+    """What a run did: batches trained now, and the test reward at its first and last evaluation."""
+
+    start_batch: int
+    end_batch: int
+    evals: list[tuple[int, float]] = field(default_factory=list)
+    """(batch, test reward) for each evaluation of this run."""
+    final_checkpoint: Checkpoint | None = None
+
+    @property
+    def reward_before(self) -> float | None:
+        return self.evals[0][1] if self.evals else None
+
+    @property
+    def reward_after(self) -> float | None:
+        return self.evals[-1][1] if self.evals else None
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingParts:
+    """Everything the loop drives; built by ``app.launch`` (or by a trainer embedding this)."""
+
+    config: TrainConfig
+    trainer: Trainer
+    renderer: renderers.Renderer
+    endpoint: PolicyEndpoint
+    store: LightningStore
+    adapter: TraceToTripletBase
+    dataset: AGLDataset[Any]
+    test_dataset: AGLDataset[Any] | None
+    warm_start_chats: Sequence[Sequence[renderers.Message]] = ()
+    reference: LogprobScorer | None = None
+
+
+def total_batches(config: TrainConfig, dataset: AGLDataset[Any]) -> int:
+    return min(len(dataset), config.max_batches) if config.max_batches else len(dataset)
+
+
+async def warm_start(parts: TrainingParts, log: Callable[[str], None]) -> dict[str, float]:
+    """Supervised steps on ``warm_start_chats`` (cross-entropy), cycling through them."""
+    cfg = parts.config.warm_start
+    chats = list(parts.warm_start_chats)
+    if cfg.steps == 0 or not chats:
+        return {}
+    data = [supervised_datum(chat, parts.renderer) for chat in chats]
+    losses: list[float] = []
+    for step in range(cfg.steps):
+        start = (step * cfg.batch_size) % len(data)
+        batch = (data + data)[start : start + min(cfg.batch_size, len(data))]
+        output = await parts.trainer.forward_backward(batch, LossName.CROSS_ENTROPY)
+        await parts.trainer.optim_step(AdamParams(learning_rate=cfg.learning_rate))
+        losses.append(output.metrics.get("loss:sum", 0.0) / len(batch))
+    log(f"warm start: {cfg.steps} supervised steps, loss per example {losses[0]:.3f} -> {losses[-1]:.3f}")
+    return {"warm_start/loss_first": losses[0], "warm_start/loss_last": losses[-1]}
+
+
+async def evaluate(parts: TrainingParts, resources_id: str, i_batch: int) -> dict[str, float]:
+    """Test-set metrics at the eval temperature, ``test/``-prefixed; empty without a test set."""
+    if parts.test_dataset is None or len(parts.test_dataset) == 0:
+        return {}
+    cfg = parts.config
+    previous = parts.endpoint.set_temperature(cfg.eval_temperature)
+    try:
+        evaluator = AGLTestSetEvaluator(parts.test_dataset, name="test")
+        return await evaluator(
+            resources_id,
+            parts.store,
+            parts.adapter,
+            "val",
+            i_batch,
+            concurrency=cfg.concurrency,
+            rollout_timeout_s=cfg.rollout_timeout_s,
+        )
+    finally:
+        parts.endpoint.set_sampling_defaults(previous)
+
+
+async def train_step(
+    parts: TrainingParts, groups_P: list[TrajectoryGroup]
+) -> tuple[list[TrainingDatum], dict[str, float]]:
+    """Cookbook datums, then ``num_substeps`` forward-backward + optimizer steps; returns the datums and metrics."""
+    cfg = parts.config
+    data_D, metrics = await rl_training_data(
+        groups_P, kl=KLPenalty(cfg.kl_penalty_coef, cfg.kl_discount_factor), reference=parts.reference
+    )
+    loss = LossName(cfg.loss_fn)
+    step_metrics: list[dict[str, float]] = []
+    training_logprobs_D: list[tuple[float, ...]] = []
+    for minibatch in substeps(data_D, cfg.num_substeps):
+        output = await parts.trainer.forward_backward(minibatch, loss)
+        training_logprobs_D.extend(output.logprobs_D)
+        optim = await parts.trainer.optim_step(AdamParams(learning_rate=cfg.learning_rate))
+        step_metrics.append({f"optim/{k}": v for k, v in {**output.metrics, **optim}.items()})
+    metrics.update(mean_metrics(step_metrics))
+    metrics.update(sample_train_kl(data_D, training_logprobs_D))
+    metrics["optim/n_datums"] = float(len(data_D))
+    return data_D, metrics
+
+
+async def run_training(
+    parts: TrainingParts, ml_logger: ml_log.Logger, hooks: TrainingHooks | None = None
+) -> TrainingSummary:
+    """Train from the last checkpoint (or from scratch, after the warm start) to the end of the dataset."""
+    cfg = parts.config
+    hooks = hooks or TrainingHooks()
+    log = hooks.on_log or logger.info
+    n_batches = total_batches(cfg, parts.dataset)
+    resume = last_checkpoint(cfg.log_path)
+    if resume is not None:
+        await parts.trainer.load_state(resume.state_path)
+        start = resume.batch
+        log(f"resuming after batch {start} from {resume.state_path}")
+    else:
+        start = 0
+        warm = await warm_start(parts, log)
+        if warm:
+            ml_logger.log_metrics(warm, step=0)
+    summary = TrainingSummary(start_batch=start, end_batch=n_batches)
+    parts.endpoint.set_sampler(await parts.trainer.sampler(f"batch-{start:06d}"))
+
+    for i_batch in range(start, n_batches):
+        t_start = time.perf_counter()
+        metrics: dict[str, float] = {
+            "progress/batch": float(i_batch),
+            "progress/done_frac": (i_batch + 1) / n_batches,
+            "optim/lr": cfg.learning_rate,
+        }
+        resources = await parts.store.add_resources({"main_llm": parts.endpoint.as_resource()})
+        if cfg.eval_every > 0 and i_batch % cfg.eval_every == 0:
+            await _evaluate_and_record(parts, resources.resources_id, i_batch, metrics, summary, hooks)
+
+        builders_P = parts.dataset.get_batch(i_batch)
+        if hooks.on_batch_start:
+            hooks.on_batch_start(i_batch, sum(b.num_envs for b in builders_P))
+        stats = RolloutStats()
+        t_sample = time.perf_counter()
+        groups_P = await do_group_of_group_rollouts(
+            builders_P,
+            resources.resources_id,
+            i_batch,
+            store=parts.store,
+            adapter=parts.adapter,
+            mode="train",
+            do_remove_constant_reward_groups=cfg.remove_constant_reward_groups,
+            concurrency=cfg.concurrency,
+            rollout_timeout_s=cfg.rollout_timeout_s,
+            on_result=_forward_rollouts(hooks.on_rollout),
+            stats=stats,
+        )
+        n_rollouts = sum(b.num_envs for b in builders_P)
+        metrics["time/sample"] = time.perf_counter() - t_sample
+        metrics["rollouts/per_s"] = n_rollouts / max(metrics["time/sample"], 1e-9)
+        metrics["rollouts/store_calls_per_rollout"] = stats.store_calls / max(n_rollouts, 1)
+        metrics.update(compute_trajectory_metrics(groups_P, [b.logging_tags() for b in builders_P]))
+
+        t_train = time.perf_counter()
+        if groups_P:
+            _data, train_metrics = await train_step(parts, groups_P)
+            metrics.update(train_metrics)
+            parts.endpoint.set_sampler(await parts.trainer.sampler(f"batch-{i_batch + 1:06d}"))
+        else:
+            log(f"batch {i_batch}: no trainable group, weights unchanged")
+        metrics["time/train"] = time.perf_counter() - t_train
+
+        done = i_batch + 1
+        if cfg.save_every > 0 and done % cfg.save_every == 0 and done < n_batches:
+            await save_checkpoint(parts.trainer, cfg.log_path, f"{done:06d}", done)
+        metrics["time/total"] = time.perf_counter() - t_start
+        ml_logger.log_metrics(metrics, step=i_batch)
+        if hooks.on_batch_end:
+            hooks.on_batch_end(i_batch, metrics)
+
+    if start < n_batches:
+        summary.final_checkpoint = await save_checkpoint(parts.trainer, cfg.log_path, "final", n_batches, final=True)
+    if cfg.eval_every > 0 and (start < n_batches or not summary.evals):
+        resources = await parts.store.add_resources({"main_llm": parts.endpoint.as_resource()})
+        final: dict[str, float] = {}
+        await _evaluate_and_record(parts, resources.resources_id, n_batches, final, summary, hooks)
+        if final:
+            ml_logger.log_metrics(final, step=n_batches)
+    return summary
+
+
+def _forward_rollouts(callback: Callable[[RolloutResult], None] | None) -> Callable[[int, RolloutResult], None] | None:
+    if callback is None:
+        return None
+    return lambda _index, result: callback(result)
+
+
+async def _evaluate_and_record(
+    parts: TrainingParts,
+    resources_id: str,
+    i_batch: int,
+    metrics: dict[str, float],
+    summary: TrainingSummary,
+    hooks: TrainingHooks,
+) -> None:
+    t_eval = time.perf_counter()
+    eval_metrics = await evaluate(parts, resources_id, i_batch)
+    if not eval_metrics:
+        return
+    metrics.update(eval_metrics)
+    metrics["time/eval"] = time.perf_counter() - t_eval
+    reward = eval_metrics.get(f"test/{REWARD_KEY}")
+    if reward is not None:
+        summary.evals.append((i_batch, float(reward)))
+    if hooks.on_eval:
+        hooks.on_eval(i_batch, eval_metrics)

@@ -1,0 +1,113 @@
+"""The training loop through the real pipeline: embedded store served over HTTP, runner processes,
+the LLMProxy endpoint over the local backend, the tracer, reconstruction, cookbook datums."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.config import TrainConfig, load_config
+from app.launch import train
+from app.training import CHECKPOINTS_FILE, METRICS_FILE, REWARD_KEY, TrainingHooks
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def config(tmp_path: Path, **overrides: Any) -> TrainConfig:
+    base = [
+        f"log_path={tmp_path / 'run'}",
+        "agent=tests.integration.training_agents:always_seven_agent",
+        "n_runners=2",
+        "batch_size=4",
+        "group_size=8",
+        "max_tokens=4",
+        "learning_rate=1e-2",
+        "warm_start.steps=40",
+        "eval_every=0",
+        "save_every=0",
+        "rollout_timeout_s=60",
+    ]
+    return load_config(None, base + [f"{k}={v}" for k, v in overrides.items()]).unwrap()
+
+
+def metrics_lines(run: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run / METRICS_FILE).read_text().splitlines()]
+
+
+def batch_lines(run: Path) -> list[dict[str, Any]]:
+    return [m for m in metrics_lines(run) if "progress/batch" in m]
+
+
+async def test_the_reward_rises_through_the_real_pipeline(tmp_path: Path) -> None:
+    cfg = config(tmp_path, max_batches=12, seed=1)
+    summary = await train(cfg)
+
+    rewards = [m[REWARD_KEY] for m in batch_lines(Path(cfg.log_path))]
+    assert summary.end_batch == len(rewards) == 12
+    first, last = sum(rewards[:3]) / 3, sum(rewards[-3:]) / 3
+    assert first < 0.5, rewards
+    assert last > first + 0.3, rewards
+    assert all(m["optim/n_datums"] > 0 for m in batch_lines(Path(cfg.log_path)))
+
+
+async def test_an_interrupted_run_resumes_at_its_checkpoint_without_repeating_trained_batches(tmp_path: Path) -> None:
+    cfg = config(tmp_path, max_batches=4, save_every=2)
+
+    def crash(i_batch: int, _n: int) -> None:
+        if i_batch == 3:
+            raise RuntimeError("simulated crash")
+
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        await train(cfg, TrainingHooks(on_batch_start=crash))
+    run = Path(cfg.log_path)
+    records = [json.loads(line) for line in (run / CHECKPOINTS_FILE).read_text().splitlines()]
+    assert [r["batch"] for r in records] == [2]
+
+    summary = await train(cfg)
+
+    assert (summary.start_batch, summary.end_batch) == (2, 4)
+    assert [json.loads(line)["batch"] for line in (run / CHECKPOINTS_FILE).read_text().splitlines()] == [2, 4]
+    # Batch 2 ran before the crash, after the checkpoint: it is redone (its update was lost), nothing else is.
+    assert [m["progress/batch"] for m in batch_lines(run)] == [0, 1, 2, 2, 3]
+    final_state = json.loads((Path(records[0]["state_path"]).parent / "final" / "state.json").read_text())
+    assert final_state["steps"] == cfg.warm_start.steps + 4
+    again = await train(cfg)
+    assert (again.start_batch, again.end_batch) == (4, 4)
+
+
+def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["train", "batch_size=0"], 2, "error: invalid config: batch_size: Input should be greater than or equal to 1"),
+        (["train", "--config", "nowhere.toml"], 2, "error: config file nowhere.toml does not exist"),
+        (["train", "policy.model_path=/nonexistent/model"], 1, "error: no Hugging Face model at /nonexistent/model"),
+        (["train", "agent=no.such.module:agent"], 1, "error: cannot load agent 'no.such.module:agent'"),
+        (["train", "store_url=http://127.0.0.1:9"], 1, "error: cannot reach the store at http://127.0.0.1:9"),
+        (["report", "/nonexistent/run"], 1, "error: no metrics file at /nonexistent/run/metrics.jsonl"),
+    ],
+)
+def test_the_cli_fails_with_one_line_and_an_exit_code(tmp_path: Path, args: list[str], code: int, message: str) -> None:
+    result = cli(*args, f"log_path={tmp_path / 'run'}" if args[0] == "train" else "--out=/dev/null")
+    assert result.returncode == code, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and lines[0].startswith(message), result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_show_config_prints_the_resolved_settings(tmp_path: Path) -> None:
+    result = cli("train", "--show-config", "group_size=3", f"log_path={tmp_path}")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["group_size"] == 3

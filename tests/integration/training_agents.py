@@ -1,0 +1,24 @@
+"""Agents the training tests run (runner processes import them by reference)."""
+
+from __future__ import annotations
+
+import functools
+
+import agentlightning as agl
+import openai
+
+
+@functools.cache
+def _client() -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url="http://127.0.0.1/v1", api_key="unused-on-loopback")
+
+
+@agl.rollout
+async def always_seven_agent(task: dict[str, str], llm: agl.LLM) -> float:
+    """Rewards the reply "7" whatever the question: a target a tiny policy learns in a few batches."""
+    reply = (
+        await _client()
+        .with_options(base_url=llm.endpoint)
+        .chat.completions.create(model=llm.model, messages=[{"role": "user", "content": task["word"]}])
+    )
+    return 1.0 if (reply.choices[0].message.content or "").strip() == "7" else 0.0
