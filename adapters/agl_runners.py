@@ -59,8 +59,17 @@ async def run_runner(
 ) -> None:
     """Execute rollouts from ``store`` in this event loop until ``stop`` is set."""
     runner = make_runner(poll_interval_s)
-    with runner.run_context(agent=agent, store=store, worker_id=worker_id):
-        await runner.iter(event=stop)
+    # Not ``run_context``: agentlightning 0.3.0 passes worker_id=0 to init_worker whatever it is
+    # given, so every runner process would register as the same ``Worker-0`` in the store.
+    runner.init(agent=agent)
+    try:
+        runner.init_worker(worker_id=worker_id, store=store)
+        try:
+            await runner.iter(event=stop)
+        finally:
+            runner.teardown_worker(worker_id=worker_id)
+    finally:
+        runner.teardown()
 
 
 def _runner_process(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import agentlightning as agl
+import openai
 
 
 @agl.rollout
@@ -14,3 +15,13 @@ def reward_only(task: dict[str, float], llm: agl.LLM) -> float:
     if task.get("fail"):
         raise RuntimeError("the agent failed on purpose")
     return task["reward"]
+
+
+@agl.rollout
+async def answer_agent(task: dict[str, str], llm: agl.LLM) -> None:
+    """Asks the policy the task's question; reward 1.0 when the expected answer is in the reply."""
+    client = openai.AsyncOpenAI(base_url=llm.endpoint, api_key="unused-on-loopback")
+    reply = await client.chat.completions.create(
+        model=llm.model, messages=[{"role": "user", "content": task["question"]}], max_tokens=16
+    )
+    agl.emit_reward(1.0 if task["answer"] in (reply.choices[0].message.content or "") else 0.0)
