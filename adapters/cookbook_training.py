@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import tinker
 import torch
@@ -25,6 +25,7 @@ from adapters.tinker_backend import datum_from_tinker, datum_to_tinker
 from ports.policy import LossName, TrainingDatum
 
 
+@runtime_checkable
 class LogprobScorer(Protocol):
     """A frozen policy that scores a token sequence (the KL reference)."""
 

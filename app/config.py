@@ -53,9 +53,11 @@ class PolicyConfig(_Frozen):
 
 
 class WarmStartConfig(_Frozen):
-    """Supervised steps before RL (the demo uses them to teach the answer format)."""
+    """Supervised steps before RL, on ``file`` or, for the demo task, on its format chats."""
 
-    steps: int = Field(default=0, ge=0)
+    steps: int = Field(default=250, ge=0)
+    file: str | None = None
+    """A ``.jsonl`` of ``{"messages": [{"role": ..., "content": ...}, ...]}``; without it only the demo warms up."""
     batch_size: int = Field(default=32, ge=1)
     learning_rate: float = Field(default=1e-2, gt=0)
 
@@ -69,19 +71,19 @@ class TrainConfig(_Frozen):
     """Training tasks: ``demo`` or a ``.jsonl``/``.csv``/``.parquet`` file of task records."""
     test_tasks: str | None = DEMO
     """Evaluation tasks (each rolled out once); unset splits ``tasks`` 70/30 like the original."""
-    demo_repeats: int = Field(default=8, ge=1)
+    demo_repeats: int = Field(default=1, ge=1)
     """demo: how many times each number word appears in the training tasks."""
     log_path: str = "runs/demo"
     """Where metrics.jsonl, checkpoints.jsonl, checkpoints and the report go; a rerun resumes."""
     policy: PolicyConfig = PolicyConfig()
     warm_start: WarmStartConfig = WarmStartConfig()
 
-    learning_rate: float = Field(default=5e-4, gt=0)
-    batch_size: int = Field(default=8, ge=1)
-    """Groups (tasks) per batch."""
+    learning_rate: float = Field(default=1e-2, gt=0)
+    batch_size: int = Field(default=10, ge=1)
+    """Groups (tasks) per batch; the demo's 10 words make each batch hold every word once."""
     group_size: int = Field(default=8, ge=1)
     """Rollouts per task (GRPO group)."""
-    n_epochs: int = Field(default=1, ge=1)
+    n_epochs: int = Field(default=100, ge=1)
     max_batches: int | None = Field(default=None, ge=1)
     """Stop after this many batches in total (unset: every batch of every epoch)."""
     seed: int = 0
@@ -94,11 +96,16 @@ class TrainConfig(_Frozen):
 
     loss_fn: Literal["importance_sampling", "ppo"] = "importance_sampling"
     num_substeps: int = Field(default=1, ge=1)
-    kl_penalty_coef: float = Field(default=0.0, ge=0)
+    kl_penalty_coef: float = Field(default=0.2, ge=0)
+    """Cookbook KL-to-reference shaping of the advantages (reference: the policy after the warm start).
+
+    The demo needs it: without it the tiny policy collapses onto a few digits and stops exploring."""
     kl_discount_factor: float = Field(default=0.0, ge=0, le=1)
     remove_constant_reward_groups: bool = False
 
-    eval_every: int = Field(default=5, ge=0)
+    target_test_reward: float | None = Field(default=None, ge=0)
+    """Stop early once an evaluation reaches this test reward (unset: train every batch)."""
+    eval_every: int = Field(default=10, ge=0)
     """Evaluate before every ``eval_every``-th batch and after the last (0: never)."""
     save_every: int = Field(default=10, ge=0)
     """Checkpoint after every ``save_every``-th batch (0: only at the end)."""

@@ -26,11 +26,3 @@ async def digit_agent(task: DigitTask, llm: agl.LLM) -> float:
         messages=[{"role": "user", "content": user_message(task)}],
     )
     return digit_reward(reply.choices[0].message.content or "", task["digit"])
-
-
-@agl.rollout
-def parity_agent(task: dict[str, int], llm: agl.LLM) -> float:
-    """Rewards even task numbers and fails on multiples of 7, without an LLM call (status accounting)."""
-    if task["n"] % 7 == 0:
-        raise ValueError(f"task {task['n']} fails on purpose")
-    return 1.0 if task["n"] % 2 == 0 else 0.0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import socket
 from collections.abc import AsyncIterator, Sequence
@@ -27,7 +28,6 @@ from tinker_cookbook.utils import ml_log
 
 from adapters.agl_runners import RunnerProcesses, load_agent
 from adapters.cookbook_env import AGLDataset, AGLDatasetBuilder
-from adapters.cookbook_training import LogprobScorer
 from adapters.endpoint import EndpointConfig, PolicyEndpoint
 from adapters.endpoint_provider import SamplingDefaults
 from app import demo_task
@@ -141,12 +141,36 @@ async def build_datasets(config: TrainConfig) -> tuple[AGLDataset[Any], AGLDatas
 
 
 def warm_start_chats(config: TrainConfig) -> list[list[renderers.Message]]:
-    if config.warm_start.steps == 0:
+    """The supervised warm-start chats: from ``warm_start.file``, the demo's format chats, or none."""
+    cfg = config.warm_start
+    if cfg.steps == 0:
         return []
+    if cfg.file is not None:
+        return _read_chats(Path(cfg.file))
     if config.tasks != DEMO:
-        raise LaunchError("warm_start.steps > 0 is only defined for the demo task")
-    n = max(config.warm_start.batch_size * 8, 64)
+        return []
+    n = max(cfg.batch_size * 8, 64)
     return cast(list[list[renderers.Message]], demo_task.format_warm_start(n, seed=config.seed))
+
+
+def _read_chats(path: Path) -> list[list[renderers.Message]]:
+    if not path.is_file():
+        raise LaunchError(f"warm-start file {path} does not exist")
+    chats: list[list[renderers.Message]] = []
+    for n, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            messages = record["messages"]
+            if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m for m in messages):
+                raise TypeError("messages must be a list of {role, content} objects")
+        except (json.JSONDecodeError, KeyError, TypeError) as error:
+            raise LaunchError(f"{path}:{n}: not a chat record ({error})") from error
+        chats.append(cast(list[renderers.Message], messages))
+    if not chats:
+        raise LaunchError(f"warm-start file {path} holds no chats")
+    return chats
 
 
 @contextlib.asynccontextmanager
@@ -223,9 +247,6 @@ async def open_run(config: TrainConfig) -> AsyncIterator[TrainingParts]:
             if config.n_runners > 0:
                 runners = RunnerProcesses(config.agent, url, config.n_runners)
                 stack.enter_context(runners)
-            reference: LogprobScorer | None = None
-            if config.kl_penalty_coef > 0:
-                reference = cast(LogprobScorer, await backend.trainer.sampler("kl-reference"))
             yield TrainingParts(
                 config=config,
                 trainer=backend.trainer,
@@ -236,7 +257,6 @@ async def open_run(config: TrainConfig) -> AsyncIterator[TrainingParts]:
                 dataset=dataset,
                 test_dataset=test_dataset,
                 warm_start_chats=chats,
-                reference=reference,
             )
     finally:
         if backend.close is not None:

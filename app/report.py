@@ -11,6 +11,7 @@ from returns.result import Failure, Result, Success
 TRAIN_REWARD = "env/all/reward/total"
 TEST_REWARD = "test/env/all/reward/total"
 LOSS = "optim/loss:sum"
+ENTROPY = "optim/entropy"
 
 
 @dataclass(slots=True)
@@ -20,6 +21,7 @@ class Curves:
     train_reward: list[tuple[int, float]] = field(default_factory=list)
     test_reward: list[tuple[int, float]] = field(default_factory=list)
     loss: list[tuple[int, float]] = field(default_factory=list)
+    entropy: list[tuple[int, float]] = field(default_factory=list)
 
 
 def read_curves(metrics_file: Path) -> Result[Curves, str]:
@@ -37,12 +39,17 @@ def read_curves(metrics_file: Path) -> Result[Curves, str]:
         step = record.get("step")
         if not isinstance(step, int):
             continue
-        for key in (TRAIN_REWARD, TEST_REWARD, LOSS):
+        for key in (TRAIN_REWARD, TEST_REWARD, LOSS, ENTROPY):
             value = record.get(key)
             if isinstance(value, int | float):
                 rows[(key, step)] = float(value)
     curves = Curves()
-    series = {TRAIN_REWARD: curves.train_reward, TEST_REWARD: curves.test_reward, LOSS: curves.loss}
+    series = {
+        TRAIN_REWARD: curves.train_reward,
+        TEST_REWARD: curves.test_reward,
+        LOSS: curves.loss,
+        ENTROPY: curves.entropy,
+    }
     for (key, step), value in sorted(rows.items(), key=lambda item: item[0][1]):
         series[key].append((step, value))
     if not curves.train_reward and not curves.test_reward:
@@ -51,7 +58,7 @@ def read_curves(metrics_file: Path) -> Result[Curves, str]:
 
 
 def plot(curves: Curves, out: Path, title: str = "") -> Path:
-    """Reward (train and test) above, loss below; returns ``out``."""
+    """Reward (train and test) above, loss and sampling entropy below; returns ``out``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -67,8 +74,14 @@ def plot(curves: Curves, out: Path, title: str = "") -> Path:
     top.legend(loc="lower right")
     top.grid(alpha=0.3)
     if curves.loss:
-        bottom.plot(*zip(*curves.loss, strict=True), color="tab:red")
-    bottom.set_ylabel("loss (sum over tokens)")
+        bottom.plot(*zip(*curves.loss, strict=True), color="tab:red", label="loss (sum over tokens)")
+    bottom.set_ylabel("loss", color="tab:red")
+    if curves.entropy:
+        # On-policy importance sampling starts every step at ratio 1, so its loss sits near 0;
+        # the sampling entropy shows how far the policy has sharpened.
+        right = bottom.twinx()
+        right.plot(*zip(*curves.entropy, strict=True), color="tab:green", label="sampling entropy (nats/token)")
+        right.set_ylabel("entropy", color="tab:green")
     bottom.set_xlabel("batch")
     bottom.grid(alpha=0.3)
     if title:

@@ -37,7 +37,7 @@ from adapters.cookbook_training import (
 )
 from adapters.endpoint import PolicyEndpoint
 from app.compat import AGLDataset, AGLTestSetEvaluator, do_group_of_group_rollouts
-from app.config import TrainConfig
+from app.config import TrainConfig, WarmStartConfig
 from app.rollouts import RolloutStats
 from domain.groups import RolloutResult
 from ports.policy import AdamParams, LossName, Trainer, TrainingDatum
@@ -48,6 +48,7 @@ REWARD_KEY = "env/all/reward/total"
 """Mean total reward per trajectory in cookbook metrics (the test set's is ``test/`` + this)."""
 CHECKPOINTS_FILE = "checkpoints.jsonl"
 METRICS_FILE = "metrics.jsonl"
+REFERENCE_FILE = "kl_reference.json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +58,8 @@ class Checkpoint:
     name: str
     batch: int
     state_path: str
+    final: bool = False
+    """Written at the end of a run (or at its early stop): resuming it trains nothing."""
 
 
 def last_checkpoint(log_path: str | Path) -> Checkpoint | None:
@@ -64,7 +67,7 @@ def last_checkpoint(log_path: str | Path) -> Checkpoint | None:
     record = get_last_checkpoint(str(log_path))
     if record is None or record.batch is None or record.state_path is None:
         return None
-    return Checkpoint(name=record.name, batch=record.batch, state_path=record.state_path)
+    return Checkpoint(name=record.name, batch=record.batch, state_path=record.state_path, final=bool(record.final))
 
 
 async def save_checkpoint(trainer: Trainer, log_path: str | Path, name: str, batch: int, **extra: Any) -> Checkpoint:
@@ -73,7 +76,7 @@ async def save_checkpoint(trainer: Trainer, log_path: str | Path, name: str, bat
     record = {"name": name, "batch": batch, "state_path": state_path, **extra}
     with open(Path(log_path) / CHECKPOINTS_FILE, "a") as file:
         file.write(json.dumps(record) + "\n")
-    return Checkpoint(name=name, batch=batch, state_path=state_path)
+    return Checkpoint(name=name, batch=batch, state_path=state_path, final=bool(extra.get("final")))
 
 
 @dataclass(slots=True)
@@ -120,26 +123,29 @@ class TrainingParts:
     dataset: AGLDataset[Any]
     test_dataset: AGLDataset[Any] | None
     warm_start_chats: Sequence[Sequence[renderers.Message]] = ()
-    reference: LogprobScorer | None = None
 
 
 def total_batches(config: TrainConfig, dataset: AGLDataset[Any]) -> int:
     return min(len(dataset), config.max_batches) if config.max_batches else len(dataset)
 
 
-async def warm_start(parts: TrainingParts, log: Callable[[str], None]) -> dict[str, float]:
-    """Supervised steps on ``warm_start_chats`` (cross-entropy), cycling through them."""
-    cfg = parts.config.warm_start
-    chats = list(parts.warm_start_chats)
+async def warm_start(
+    trainer: Trainer,
+    renderer: renderers.Renderer,
+    chats: Sequence[Sequence[renderers.Message]],
+    cfg: WarmStartConfig,
+    log: Callable[[str], None] = logger.info,
+) -> dict[str, float]:
+    """Supervised steps on ``chats`` (cross-entropy), cycling through them."""
     if cfg.steps == 0 or not chats:
         return {}
-    data = [supervised_datum(chat, parts.renderer) for chat in chats]
+    data = [supervised_datum(chat, renderer) for chat in chats]
     losses: list[float] = []
     for step in range(cfg.steps):
         start = (step * cfg.batch_size) % len(data)
         batch = (data + data)[start : start + min(cfg.batch_size, len(data))]
-        output = await parts.trainer.forward_backward(batch, LossName.CROSS_ENTROPY)
-        await parts.trainer.optim_step(AdamParams(learning_rate=cfg.learning_rate))
+        output = await trainer.forward_backward(batch, LossName.CROSS_ENTROPY)
+        await trainer.optim_step(AdamParams(learning_rate=cfg.learning_rate))
         losses.append(output.metrics.get("loss:sum", 0.0) / len(batch))
     log(f"warm start: {cfg.steps} supervised steps, loss per example {losses[0]:.3f} -> {losses[-1]:.3f}")
     return {"warm_start/loss_first": losses[0], "warm_start/loss_last": losses[-1]}
@@ -167,20 +173,22 @@ async def evaluate(parts: TrainingParts, resources_id: str, i_batch: int) -> dic
 
 
 async def train_step(
-    parts: TrainingParts, groups_P: list[TrajectoryGroup]
+    trainer: Trainer,
+    cfg: TrainConfig,
+    groups_P: Sequence[TrajectoryGroup],
+    reference: LogprobScorer | None = None,
 ) -> tuple[list[TrainingDatum], dict[str, float]]:
     """Cookbook datums, then ``num_substeps`` forward-backward + optimizer steps; returns the datums and metrics."""
-    cfg = parts.config
     data_D, metrics = await rl_training_data(
-        groups_P, kl=KLPenalty(cfg.kl_penalty_coef, cfg.kl_discount_factor), reference=parts.reference
+        groups_P, kl=KLPenalty(cfg.kl_penalty_coef, cfg.kl_discount_factor), reference=reference
     )
     loss = LossName(cfg.loss_fn)
     step_metrics: list[dict[str, float]] = []
     training_logprobs_D: list[tuple[float, ...]] = []
     for minibatch in substeps(data_D, cfg.num_substeps):
-        output = await parts.trainer.forward_backward(minibatch, loss)
+        output = await trainer.forward_backward(minibatch, loss)
         training_logprobs_D.extend(output.logprobs_D)
-        optim = await parts.trainer.optim_step(AdamParams(learning_rate=cfg.learning_rate))
+        optim = await trainer.optim_step(AdamParams(learning_rate=cfg.learning_rate))
         step_metrics.append({f"optim/{k}": v for k, v in {**output.metrics, **optim}.items()})
     metrics.update(mean_metrics(step_metrics))
     metrics.update(sample_train_kl(data_D, training_logprobs_D))
@@ -197,15 +205,23 @@ async def run_training(
     log = hooks.on_log or logger.info
     n_batches = total_batches(cfg, parts.dataset)
     resume = last_checkpoint(cfg.log_path)
+    if resume is not None and resume.final:
+        log(f"the run in {cfg.log_path} is complete (final checkpoint after batch {resume.batch})")
+        return TrainingSummary(start_batch=resume.batch, end_batch=resume.batch, final_checkpoint=resume)
+    reference: LogprobScorer | None = None
     if resume is not None:
+        if cfg.kl_penalty_coef > 0:
+            reference = await _load_reference(parts.trainer, cfg.log_path, log)
         await parts.trainer.load_state(resume.state_path)
         start = resume.batch
         log(f"resuming after batch {start} from {resume.state_path}")
     else:
         start = 0
-        warm = await warm_start(parts, log)
+        warm = await warm_start(parts.trainer, parts.renderer, parts.warm_start_chats, cfg.warm_start, log)
         if warm:
             ml_logger.log_metrics(warm, step=0)
+        if cfg.kl_penalty_coef > 0:
+            reference = await _save_reference(parts.trainer, cfg.log_path)
     summary = TrainingSummary(start_batch=start, end_batch=n_batches)
     parts.endpoint.set_sampler(await parts.trainer.sampler(f"batch-{start:06d}"))
 
@@ -219,6 +235,11 @@ async def run_training(
         resources = await parts.store.add_resources({"main_llm": parts.endpoint.as_resource()})
         if cfg.eval_every > 0 and i_batch % cfg.eval_every == 0:
             await _evaluate_and_record(parts, resources.resources_id, i_batch, metrics, summary, hooks)
+            if _reached(cfg, summary) and i_batch > start:
+                log(f"test reward {summary.reward_after:.3f} reached the target {cfg.target_test_reward}: stopping")
+                ml_logger.log_metrics(metrics, step=i_batch)
+                summary.end_batch = n_batches = i_batch
+                break
 
         builders_P = parts.dataset.get_batch(i_batch)
         if hooks.on_batch_start:
@@ -246,7 +267,7 @@ async def run_training(
 
         t_train = time.perf_counter()
         if groups_P:
-            _data, train_metrics = await train_step(parts, groups_P)
+            _data, train_metrics = await train_step(parts.trainer, cfg, groups_P, reference)
             metrics.update(train_metrics)
             parts.endpoint.set_sampler(await parts.trainer.sampler(f"batch-{i_batch + 1:06d}"))
         else:
@@ -263,13 +284,41 @@ async def run_training(
 
     if start < n_batches:
         summary.final_checkpoint = await save_checkpoint(parts.trainer, cfg.log_path, "final", n_batches, final=True)
-    if cfg.eval_every > 0 and (start < n_batches or not summary.evals):
+    already_evaluated = bool(summary.evals) and summary.evals[-1][0] == n_batches
+    if cfg.eval_every > 0 and not already_evaluated and (start < n_batches or not summary.evals):
         resources = await parts.store.add_resources({"main_llm": parts.endpoint.as_resource()})
         final: dict[str, float] = {}
         await _evaluate_and_record(parts, resources.resources_id, n_batches, final, summary, hooks)
         if final:
             ml_logger.log_metrics(final, step=n_batches)
     return summary
+
+
+async def _scorer(trainer: Trainer) -> LogprobScorer:
+    sampler = await trainer.sampler("kl-reference")
+    if not isinstance(sampler, LogprobScorer):
+        raise TypeError(f"{type(sampler).__name__} cannot score sequences, so it cannot be a KL reference")
+    return sampler
+
+
+async def _save_reference(trainer: Trainer, log_path: str | Path) -> LogprobScorer:
+    """The KL reference is the policy RL starts from (after the warm start); kept for resuming."""
+    state_path = await trainer.save_state("kl-reference")
+    (Path(log_path) / REFERENCE_FILE).write_text(json.dumps({"state_path": state_path}))
+    return await _scorer(trainer)
+
+
+async def _load_reference(trainer: Trainer, log_path: str | Path, log: Callable[[str], None]) -> LogprobScorer:
+    file = Path(log_path) / REFERENCE_FILE
+    if file.is_file():
+        await trainer.load_state(json.loads(file.read_text())["state_path"])
+    else:
+        log(f"no {REFERENCE_FILE} in {log_path}: the KL reference is the resumed policy")
+    return await _scorer(trainer)
+
+
+def _reached(cfg: TrainConfig, summary: TrainingSummary) -> bool:
+    return cfg.target_test_reward is not None and (summary.reward_after or 0.0) >= cfg.target_test_reward
 
 
 def _forward_rollouts(callback: Callable[[RolloutResult], None] | None) -> Callable[[int, RolloutResult], None] | None:

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The main job: set up, then run the end-to-end demo (see README for what it does today).
+# The main job: set up, then train the demo agent (number word -> digit) on a tiny local model
+# through the whole pipeline: embedded store, runner processes, LLMProxy endpoint, tracer,
+# reconstruction, cookbook datums, local PyTorch trainer. Extra arguments are config overrides.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 export LITELLM_LOCAL_MODEL_COST_MAP=True TINKER_TELEMETRY=0
-exec .venv/bin/python -m app.demo "$@"
+exec .venv/bin/agl-tinker train "log_path=runs/demo-$(date +%Y%m%d-%H%M%S)" "$@"

@@ -15,7 +15,6 @@ IO = {"socket", "subprocess", "urllib", "http", "requests", "asyncio", "os", "pa
 COMPOSITION_ROOTS = {
     "app/compat.py",
     "app/console.py",
-    "app/demo.py",
     "app/demo_agent.py",
     "app/launch.py",
     "app/training.py",

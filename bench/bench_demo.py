@@ -1,0 +1,167 @@
+"""Time the demo to a target test reward through the real pipeline, and the same learning sampled directly.
+
+Both runs use the same config, tiny model, warm start, batches, cookbook datums and trainer. The
+pipeline run goes through everything a user's run does (embedded store served over HTTP, runner
+processes, the LLMProxy endpoint, the AgentOps tracer, ``TracerTraceToTriplet``, reconstruction);
+the direct run samples the ``LocalSampler`` in process and grades the reply itself. The ratio is
+the price of training from traces instead of a callback environment.
+
+    .venv/bin/python bench/bench_demo.py [--target 0.9] [--max-batches 150] [key=value ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("TINKER_TELEMETRY", "0")
+os.environ.setdefault("LITELLM_DONT_SHOW_FEEDBACK_BOX", "true")
+os.environ.setdefault("AGENTOPS_LOG_LEVEL", "ERROR")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import tinker
+from tinker_cookbook.completers import TokensWithLogprobs
+from tinker_cookbook.renderers import Renderer, get_renderer
+from tinker_cookbook.rl.types import Trajectory, TrajectoryGroup, Transition
+from tinker_cookbook.tokenizer_utils import get_tokenizer
+
+from adapters.local import LocalSampler, LocalTrainer
+from app.config import TrainConfig, load_config
+from app.demo_task import DigitTask, digit_reward, user_message
+from app.launch import build_datasets, local_model_dir, train, warm_start_chats
+from app.training import train_step, warm_start
+from ports.policy import SamplingParams
+
+
+@dataclass
+class Outcome:
+    seconds: float
+    batches: int
+    rollouts: int
+    reward_before: float
+    reward_after: float
+
+    def line(self, name: str) -> str:
+        return (
+            f"{name:<9} {self.seconds:7.1f} s  {self.batches:4d} batches  {self.rollouts:6d} rollouts "
+            f"({self.rollouts / self.seconds:6.1f}/s)  test reward {self.reward_before:.2f} -> {self.reward_after:.2f}"
+        )
+
+
+async def pipeline(config: TrainConfig) -> Outcome:
+    started = time.perf_counter()
+    summary = await train(config)
+    seconds = time.perf_counter() - started
+    batches = summary.end_batch - summary.start_batch
+    return Outcome(
+        seconds, batches, batches * config.batch_size * config.group_size, summary.reward_before or 0.0,
+        summary.reward_after or 0.0,
+    )  # fmt: skip
+
+
+async def _reply(
+    sampler: LocalSampler, renderer: Renderer, task: DigitTask, params: SamplingParams, n: int
+) -> list[Any]:
+    prompt = renderer.build_generation_prompt([{"role": "user", "content": user_message(task)}])
+    sequences = await sampler.sample(prompt.to_ints(), params, n)
+    out = []
+    for seq in sequences:
+        message, _ = renderer.parse_response(list(seq.tokens))
+        content = message["content"] if isinstance(message["content"], str) else ""
+        out.append((prompt, seq, digit_reward(content, task["digit"])))
+    return out
+
+
+async def direct(config: TrainConfig) -> Outcome:
+    """The same learning with the sampler called in process: no store, runner, proxy or tracer."""
+    dataset, test = await build_datasets(config)
+    model_dir = local_model_dir(config)
+    trainer = LocalTrainer(model_dir, seed=config.seed, num_threads=config.policy.num_threads)
+    renderer = get_renderer(config.policy.renderer_name, get_tokenizer(str(model_dir)))
+    stops = tuple(int(t) for t in renderer.get_stop_sequences())
+    train_params = SamplingParams(config.max_tokens, config.train_temperature, config.top_k, config.top_p, stops)
+    eval_params = SamplingParams(config.max_tokens, config.eval_temperature, config.top_k, config.top_p, stops)
+    test_tasks: list[DigitTask] = list(test.dataset) if test is not None else []
+
+    async def evaluate(sampler: LocalSampler) -> float:
+        rewards = await asyncio.gather(*(_reply(sampler, renderer, t, eval_params, 1) for t in test_tasks))
+        return sum(r[0][2] for r in rewards) / len(rewards)
+
+    started = time.perf_counter()
+    await warm_start(trainer, renderer, warm_start_chats(config), config.warm_start, lambda _m: None)
+    sampler = await trainer.sampler("direct-0")
+    before = after = await evaluate(sampler)
+    n_batches = min(len(dataset), config.max_batches or len(dataset))
+    done = 0
+    for i_batch in range(n_batches):
+        if config.eval_every and i_batch % config.eval_every == 0 and i_batch > 0:
+            after = await evaluate(sampler)
+            if config.target_test_reward is not None and after >= config.target_test_reward:
+                break
+        builders = dataset.get_batch(i_batch)
+        samples = await asyncio.gather(*(_reply(sampler, renderer, b.task, train_params, b.num_envs) for b in builders))
+        groups = [
+            TrajectoryGroup(
+                [
+                    Trajectory(
+                        [Transition(prompt, TokensWithLogprobs(list(s.tokens), list(s.logprobs)), r, True)],
+                        tinker.ModelInput.empty(),
+                    )
+                    for prompt, s, r in group
+                ],
+                [0.0] * len(group),
+                [{} for _ in group],
+            )
+            for group in samples
+        ]
+        await train_step(trainer, config, groups)
+        sampler = await trainer.sampler(f"direct-{i_batch + 1}")
+        done = i_batch + 1
+    else:
+        after = await evaluate(sampler)
+    seconds = time.perf_counter() - started
+    trainer.close()
+    return Outcome(seconds, done, done * config.batch_size * config.group_size, before, after)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--target", type=float, default=0.9)
+    parser.add_argument("--max-batches", type=int, default=150)
+    parser.add_argument("overrides", nargs="*", help="config overrides, e.g. n_runners=4")
+    args = parser.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="bench-demo-"))
+    try:
+        overrides = [f"target_test_reward={args.target}", f"max_batches={args.max_batches}", *args.overrides]
+        cfg_pipeline = load_config(None, [f"log_path={workdir / 'pipeline'}", *overrides]).unwrap()
+        cfg_direct = load_config(None, [f"log_path={workdir / 'direct'}", *overrides]).unwrap()
+        shape = f"{cfg_pipeline.batch_size}x{cfg_pipeline.group_size}"
+        print(
+            f"demo to test reward >= {args.target} (at most {args.max_batches} batches of {shape}), "
+            f"{cfg_pipeline.n_runners} runner processes"
+        )
+        direct_outcome = asyncio.run(direct(cfg_direct))
+        print(direct_outcome.line("direct"), flush=True)
+        pipeline_outcome = asyncio.run(pipeline(cfg_pipeline))
+        print(pipeline_outcome.line("pipeline"))
+        direct_rate = direct_outcome.rollouts / direct_outcome.seconds
+        pipeline_rate = pipeline_outcome.rollouts / pipeline_outcome.seconds
+        print(
+            f"ratio pipeline/direct: {pipeline_outcome.seconds / direct_outcome.seconds:.1f}x wall, "
+            f"{direct_rate / pipeline_rate:.1f}x time per rollout"
+        )
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
