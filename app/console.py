@@ -149,7 +149,9 @@ def serve_store(host: str, port: int) -> int:
 
     try:
         asyncio.run(go())
-    except OSError as error:
+    except KeyboardInterrupt:
+        return 0
+    except (OSError, RuntimeError) as error:
         return _fail(LaunchError(f"cannot serve the store on {host}:{port}: {error}"))
     return 0
 

@@ -99,6 +99,7 @@ async def direct(config: TrainConfig) -> Outcome:
     started = time.perf_counter()
     await warm_start(trainer, renderer, warm_start_chats(config), config.warm_start, lambda _m: None)
     sampler = await trainer.sampler("direct-0")
+    reference = sampler if config.kl_penalty_coef > 0 else None
     before = after = await evaluate(sampler)
     n_batches = min(len(dataset), config.max_batches or len(dataset))
     done = 0
@@ -123,7 +124,7 @@ async def direct(config: TrainConfig) -> Outcome:
             )
             for group in samples
         ]
-        await train_step(trainer, config, groups)
+        await train_step(trainer, config, groups, reference)
         sampler = await trainer.sampler(f"direct-{i_batch + 1}")
         done = i_batch + 1
     else:

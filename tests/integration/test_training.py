@@ -111,3 +111,97 @@ def test_show_config_prints_the_resolved_settings(tmp_path: Path) -> None:
     result = cli("train", "--show-config", "group_size=3", f"log_path={tmp_path}")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["group_size"] == 3
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_distributed_training_with_the_store_and_runners_in_other_processes(tmp_path: Path) -> None:
+    """``agl-tinker store`` and ``agl-tinker runner`` as separate processes, the trainer attached by URL."""
+    import asyncio
+    import os
+    import signal
+
+    import agentlightning as agl
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "TINKER_TELEMETRY": "0"}
+    store = subprocess.Popen([sys.executable, "-m", "app.cli", "store", "--port", str(port)], cwd=ROOT, env=env)
+    runners = None
+    try:
+        client = agl.LightningStoreClient(url)
+        for _ in range(300):
+            try:
+                await asyncio.wait_for(client.query_rollouts(limit=1), 1.0)
+                break
+            except Exception:
+                await asyncio.sleep(0.2)
+        await client.close()
+        runners = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "runner", "--store", url, "-n", "2", "--agent",
+             "tests.integration.training_agents:always_seven_agent"],
+            cwd=ROOT, env=env,
+        )  # fmt: skip
+        cfg = config(tmp_path, store_url=url, n_runners=0, max_batches=2, eval_every=1)
+        summary = await train(cfg)
+
+        assert (summary.start_batch, summary.end_batch) == (0, 2)
+        lines = batch_lines(Path(cfg.log_path))
+        assert [m["progress/batch"] for m in lines] == [0, 1]
+        assert all(m["env/all/by_group/frac_status_succeeded"] == 1.0 for m in lines)
+        assert all(m["env/all/reconstruct/kept"] > 0 for m in lines)
+        assert len(summary.evals) == 3
+    finally:
+        for process in (runners, store):
+            if process is not None:
+                process.send_signal(signal.SIGINT)
+                try:
+                    process.wait(30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+
+
+async def test_one_train_step_moves_the_next_samplers_logprobs_with_the_advantages(tmp_path: Path) -> None:
+    """Sample through the endpoint in real agent rollouts, train on the reconstructed datums, and check
+    that the weights the endpoint serves next prefer the above-average replies."""
+    from app.compat import do_group_of_group_rollouts
+    from app.launch import open_run
+    from app.training import train_step, warm_start
+
+    cfg = config(tmp_path, kl_penalty_coef=0, batch_size=4, group_size=8, train_temperature=1.0)
+    async with open_run(cfg) as parts:
+        await warm_start(parts.trainer, parts.renderer, parts.warm_start_chats, cfg.warm_start)
+        old = await parts.trainer.sampler("before")
+        parts.endpoint.set_sampler(old)
+        resources = await parts.store.add_resources({"main_llm": parts.endpoint.as_resource()})
+        groups = await do_group_of_group_rollouts(
+            parts.dataset.get_batch(0), resources.resources_id, 0, store=parts.store, adapter=parts.adapter,
+            mode="train", rollout_timeout_s=60,
+        )  # fmt: skip
+        data, _metrics = await train_step(parts.trainer, cfg, groups)
+        new = await parts.trainer.sampler("after")
+        version = parts.endpoint.set_sampler(new)
+
+        moved: list[tuple[float, float]] = []
+        for datum in data:
+            tokens = [*datum.model_input, datum.target_tokens[-1]]
+            before = await old.compute_logprobs(tokens)
+            after = await new.compute_logprobs(tokens)
+            actions = [i for i, m in enumerate(datum.mask) if m > 0]
+            # The sampler's own logprobs of the sampled reply are the ones the datum carries.
+            assert [before[i + 1] for i in actions] == pytest.approx([datum.logprobs[i] for i in actions], abs=1e-4)
+            delta = sum(after[i + 1] - before[i + 1] for i in actions)  # type: ignore[operator]
+            moved.append((datum.advantages[actions[0]], delta))
+
+    assert version == 2
+    assert any(a > 0 for a, _ in moved) and any(a < 0 for a, _ in moved), "need a mixed group"
+    up = [d for a, d in moved if a > 0]
+    down = [d for a, d in moved if a < 0]
+    assert sum(up) / len(up) > 0 > sum(down) / len(down)
+    assert sum(a * d for a, d in moved) > 0
