@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from adapters.agl_runners import RunnerProcesses
+from adapters.endpoint import EndpointError
 from adapters.tinker_backend import TinkerError
 from app.config import TrainConfig
 from app.launch import LaunchError, open_run, store_launcher_args, train
@@ -22,7 +23,7 @@ from domain.groups import RolloutResult
 EXIT_RUNTIME = 1
 console = Console(stderr=True)
 
-_EXPECTED = (LaunchError, TinkerError, FileNotFoundError, ValueError, OSError)
+_EXPECTED = (LaunchError, EndpointError, TinkerError, FileNotFoundError, ValueError, OSError)
 
 
 def _fail(error: BaseException) -> int:

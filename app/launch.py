@@ -13,7 +13,7 @@ import contextlib
 import json
 import logging
 import socket
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -48,7 +48,7 @@ class LaunchError(RuntimeError):
 class Backend:
     trainer: Trainer
     renderer: renderers.Renderer
-    close: Any = None
+    close: Callable[[], None] | None = None
 
 
 def free_port(host: str = "127.0.0.1") -> int:

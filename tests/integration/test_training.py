@@ -4,6 +4,7 @@ the LLMProxy endpoint over the local backend, the tracer, reconstruction, cookbo
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -83,8 +84,9 @@ async def test_an_interrupted_run_resumes_at_its_checkpoint_without_repeating_tr
 
 
 def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "AGL_TINKER_MASTER_KEY"}
     return subprocess.run(
-        [sys.executable, "-m", "app.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "app.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env
     )
 
 
@@ -97,6 +99,7 @@ def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         (["train", "agent=no.such.module:agent"], 1, "error: cannot load agent 'no.such.module:agent'"),
         (["train", "store_url=http://127.0.0.1:9"], 1, "error: cannot reach the store at http://127.0.0.1:9"),
         (["report", "/nonexistent/run"], 1, "error: no metrics file at /nonexistent/run/metrics.jsonl"),
+        (["train", "endpoint_host=0.0.0.0"], 1, "error: binding 0.0.0.0 exposes the policy beyond this machine"),
     ],
 )
 def test_the_cli_fails_with_one_line_and_an_exit_code(tmp_path: Path, args: list[str], code: int, message: str) -> None:
@@ -124,7 +127,6 @@ def free_port() -> int:
 async def test_distributed_training_with_the_store_and_runners_in_other_processes(tmp_path: Path) -> None:
     """``agl-tinker store`` and ``agl-tinker runner`` as separate processes, the trainer attached by URL."""
     import asyncio
-    import os
     import signal
 
     import agentlightning as agl
