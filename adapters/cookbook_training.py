@@ -8,7 +8,7 @@ datums with masks), optionally ``incorporate_kl_penalty`` against a reference po
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -94,20 +94,8 @@ def sample_train_kl(
     data_D: Sequence[TrainingDatum], training_logprobs_D: Sequence[Sequence[float]]
 ) -> dict[str, float]:
     """The cookbook's KL between sampling and training-forward logprobs, and the sampling entropy."""
-    rl = [d for d in data_D if d.mask]
-    if not rl or not any(any(m > 0 for m in d.mask) for d in rl):
+    if not any(m > 0 for d in data_D for m in d.mask):
         return {}
     tinker_D = [datum_to_tinker(d, LossName.IMPORTANCE_SAMPLING) for d in data_D]
     logprobs_D = [torch.tensor(list(lp), dtype=torch.float32) for lp in training_logprobs_D]
     return {k: float(v) for k, v in compute_kl_sample_train(tinker_D, logprobs_D).items()}
-
-
-def mean_metrics(metrics_list: Sequence[Mapping[str, float]]) -> dict[str, float]:
-    """Per-key mean over substeps (keys missing from some substeps average over those present)."""
-    sums: dict[str, float] = {}
-    counts: dict[str, int] = {}
-    for metrics in metrics_list:
-        for key, value in metrics.items():
-            sums[key] = sums.get(key, 0.0) + float(value)
-            counts[key] = counts.get(key, 0) + 1
-    return {key: sums[key] / counts[key] for key in sums}

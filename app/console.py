@@ -31,10 +31,13 @@ def _fail(error: BaseException) -> int:
     return EXIT_RUNTIME
 
 
-def _hooks(progress: Progress, n_batches: int) -> TrainingHooks:
-    batches = progress.add_task("batches", total=n_batches)
+def _hooks(progress: Progress) -> TrainingHooks:
+    batches = progress.add_task("batches", total=None)
     rollouts = progress.add_task("rollouts", total=0)
     statuses: Counter[str] = Counter()
+
+    def on_run_start(start: int, n_batches: int) -> None:
+        progress.update(batches, total=n_batches, completed=start)
 
     def on_batch_start(i_batch: int, n: int) -> None:
         statuses.clear()
@@ -60,6 +63,7 @@ def _hooks(progress: Progress, n_batches: int) -> TrainingHooks:
         progress.console.print(f"[bold]eval before batch {i_batch}: test reward {reward:.3f}[/bold]")
 
     return TrainingHooks(
+        on_run_start=on_run_start,
         on_batch_start=on_batch_start,
         on_rollout=on_rollout,
         on_batch_end=on_batch_end,
@@ -73,9 +77,8 @@ def run_training_with_progress(config: TrainConfig, *, write_plot: bool = True) 
     started = time.perf_counter()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as progress:
-        n_batches = _batch_count(config)
         try:
-            summary = asyncio.run(train(config, _hooks(progress, n_batches)))
+            summary = asyncio.run(train(config, _hooks(progress)))
         except _EXPECTED as error:
             return _fail(error)
     elapsed = time.perf_counter() - started
@@ -88,21 +91,9 @@ def run_training_with_progress(config: TrainConfig, *, write_plot: bool = True) 
             f"[bold]test reward: {summary.reward_before:.3f} before -> {summary.reward_after:.3f} after[/bold]"
         )
     if write_plot:
-        match_report = write_report(config.log_path)
-        path = match_report.value_or(None)
+        path = write_report(config.log_path).value_or(None)
         console.print(f"report: {path}" if path is not None else "report: no metrics to plot")
     return 0
-
-
-def _batch_count(config: TrainConfig) -> int:
-    from app.launch import build_datasets
-    from app.training import total_batches
-
-    try:
-        dataset, _ = asyncio.run(build_datasets(config))
-    except LaunchError:
-        return 0
-    return total_batches(config, dataset)
 
 
 def run_evaluation(config: TrainConfig, checkpoint: str | None) -> int:

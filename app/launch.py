@@ -180,7 +180,7 @@ async def open_store(config: TrainConfig) -> AsyncIterator[tuple[agl.LightningSt
         client = agl.LightningStoreClient(config.store_url)
         try:
             await asyncio.wait_for(client.query_rollouts(limit=1), STORE_CONNECT_TIMEOUT_S)
-        except (TimeoutError, OSError, Exception) as error:
+        except Exception as error:  # timeout, refused connection, HTTP error: all mean unreachable
             await client.close()
             raise LaunchError(f"cannot reach the store at {config.store_url}: {type(error).__name__}") from error
         try:

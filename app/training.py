@@ -25,11 +25,11 @@ from tinker_cookbook.checkpoint_utils import get_last_checkpoint
 from tinker_cookbook.rl.metric_util import compute_trajectory_metrics
 from tinker_cookbook.rl.types import TrajectoryGroup
 from tinker_cookbook.utils import ml_log
+from tinker_cookbook.utils.misc_utils import dict_mean
 
 from adapters.cookbook_training import (
     KLPenalty,
     LogprobScorer,
-    mean_metrics,
     rl_training_data,
     sample_train_kl,
     substeps,
@@ -38,13 +38,14 @@ from adapters.cookbook_training import (
 from adapters.endpoint import PolicyEndpoint
 from app.compat import AGLDataset, AGLTestSetEvaluator, do_group_of_group_rollouts
 from app.config import TrainConfig, WarmStartConfig
+from app.report import TRAIN_REWARD
 from app.rollouts import RolloutStats
 from domain.groups import RolloutResult
 from ports.policy import AdamParams, LossName, Trainer, TrainingDatum
 
 logger = logging.getLogger(__name__)
 
-REWARD_KEY = "env/all/reward/total"
+REWARD_KEY = TRAIN_REWARD
 """Mean total reward per trajectory in cookbook metrics (the test set's is ``test/`` + this)."""
 CHECKPOINTS_FILE = "checkpoints.jsonl"
 METRICS_FILE = "metrics.jsonl"
@@ -83,6 +84,8 @@ async def save_checkpoint(trainer: Trainer, log_path: str | Path, name: str, bat
 class TrainingHooks:
     """Progress callbacks for a UI (all optional)."""
 
+    on_run_start: Callable[[int, int], None] | None = None
+    """(start_batch, n_batches)"""
     on_batch_start: Callable[[int, int], None] | None = None
     """(i_batch, n_rollouts)"""
     on_rollout: Callable[[RolloutResult], None] | None = None
@@ -190,7 +193,7 @@ async def train_step(
         training_logprobs_D.extend(output.logprobs_D)
         optim = await trainer.optim_step(AdamParams(learning_rate=cfg.learning_rate))
         step_metrics.append({f"optim/{k}": v for k, v in {**output.metrics, **optim}.items()})
-    metrics.update(mean_metrics(step_metrics))
+    metrics.update(dict_mean(step_metrics))  # per key, over the substeps
     metrics.update(sample_train_kl(data_D, training_logprobs_D))
     metrics["optim/n_datums"] = float(len(data_D))
     return data_D, metrics
@@ -223,6 +226,8 @@ async def run_training(
         if cfg.kl_penalty_coef > 0:
             reference = await _save_reference(parts.trainer, cfg.log_path)
     summary = TrainingSummary(start_batch=start, end_batch=n_batches)
+    if hooks.on_run_start:
+        hooks.on_run_start(start, n_batches)
     parts.endpoint.set_sampler(await parts.trainer.sampler(f"batch-{start:06d}"))
 
     for i_batch in range(start, n_batches):
