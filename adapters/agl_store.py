@@ -10,8 +10,9 @@ client accepts (it refuses ``timeout > 0.1``).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import cast
 
-from agentlightning import LightningStore, RolloutConfig, Span, TraceToTripletBase
+from agentlightning import LightningStore, NamedResources, RolloutConfig, Span, TraceToTripletBase
 from agentlightning.types import EnqueueRolloutRequest
 
 from domain.triplets import RawTriplet
@@ -35,6 +36,10 @@ class AglRolloutStore:
 
     def __init__(self, store: LightningStore) -> None:
         self.store = store
+
+    async def add_resources(self, resources: Mapping[str, object]) -> str:
+        update = await self.store.add_resources(cast(NamedResources, dict(resources)))
+        return str(update.resources_id)
 
     async def enqueue_many(self, requests: Sequence[RolloutRequest], retry: RetryPolicy) -> Sequence[str]:
         config = rollout_config(retry)

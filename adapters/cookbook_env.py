@@ -15,6 +15,7 @@ from typing import Generic, TypeVar, cast
 
 import chz
 import pandas as pd
+from returns.result import Failure, Success
 from tinker_cookbook.completers import StopCondition
 from tinker_cookbook.rl.types import (
     Action,
@@ -27,6 +28,7 @@ from tinker_cookbook.rl.types import (
 )
 
 from domain.batching import batch_positions, epoch_indices, n_batches, split_train_val
+from domain.tasks import parse_csv_tasks, parse_json_tasks, parse_jsonl_tasks
 
 T_task = TypeVar("T_task")
 
@@ -98,16 +100,40 @@ class AGLDataset(RLDataset, Generic[T_task]):
 
 
 def read_task_file(path: str) -> list[object]:
-    """Tasks from a ``.jsonl``, ``.csv`` or ``.parquet`` file, one record per row."""
+    """Tasks from a ``.jsonl``, ``.json``, ``.csv`` or ``.parquet`` file, each exactly as the file holds it.
+
+    Raises ``ValueError`` naming the file (and line) when it cannot be read as tasks.
+    """
     suffix = Path(path).suffix
-    if suffix == ".jsonl":
-        frame = pd.read_json(path, lines=True)
-    elif suffix == ".csv":
-        frame = pd.read_csv(path)
-    elif suffix == ".parquet":
+    if suffix == ".parquet":
+        return _read_parquet(path)
+    parse = _PARSERS.get(suffix)
+    if parse is None:
+        raise ValueError(f"unsupported task file type {suffix!r} for {path}: use .jsonl, .json, .csv or .parquet")
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: cannot read tasks ({error})") from error
+    match parse(text, path):
+        case Success(tasks):
+            return list(tasks)
+        case Failure(problem):
+            raise ValueError(str(problem))
+    raise AssertionError("unreachable")
+
+
+_PARSERS = {".jsonl": parse_jsonl_tasks, ".json": parse_json_tasks, ".csv": parse_csv_tasks}
+
+
+def _read_parquet(path: str) -> list[object]:
+    """Rows as dicts with the columns' own types (nulls stay ``None``)."""
+    try:
         frame = pd.read_parquet(path)
-    else:
-        raise ValueError(f"unsupported task file type {suffix!r} for {path}: use .jsonl, .csv or .parquet")
+    except (OSError, ValueError, ImportError) as error:
+        raise ValueError(f"{path}: cannot read tasks ({error})") from error
+    frame = frame.astype(object).where(frame.notna(), None)
+    if frame.empty:
+        raise ValueError(f"{path}: holds no tasks")
     return cast(list[object], frame.to_dict(orient="records"))
 
 

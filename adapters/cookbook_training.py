@@ -3,14 +3,13 @@
 RL: ``compute_advantages`` (group-centred rewards) and ``assemble_training_data`` (prefix-merged
 datums with masks), optionally ``incorporate_kl_penalty`` against a reference policy. SFT:
 ``conversation_to_datum`` through the renderer. The results are converted to the port's
-``TrainingDatum`` so either backend can train on them.
+``TrainingDatum`` so either backend can train on them. ``CookbookTrainingData`` is the
+``ports.training_data.TrainingDataBuilder`` the training loop drives.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
 
 import tinker
 import torch
@@ -22,14 +21,8 @@ from tinker_cookbook.supervised.data import conversation_to_datum
 from tinker_cookbook.utils.misc_utils import split_list
 
 from adapters.tinker_backend import datum_from_tinker, datum_to_tinker
-from ports.policy import LossName, TrainingDatum
-
-
-@runtime_checkable
-class LogprobScorer(Protocol):
-    """A frozen policy that scores a token sequence (the KL reference)."""
-
-    async def compute_logprobs(self, tokens: Sequence[int]) -> list[float | None]: ...
+from ports.policy import LogprobScorer, LossName, TrainingDatum
+from ports.training_data import KLPenalty
 
 
 class _CookbookReference:
@@ -40,14 +33,6 @@ class _CookbookReference:
 
     async def compute_logprobs_async(self, model_input: tinker.ModelInput) -> list[float | None]:
         return await self._scorer.compute_logprobs(model_input.to_ints())
-
-
-@dataclass(frozen=True, slots=True)
-class KLPenalty:
-    """Cookbook KL-to-reference shaping of the advantages; off when ``coef`` is 0."""
-
-    coef: float = 0.0
-    discount_factor: float = 0.0
 
 
 async def rl_training_data(
@@ -99,3 +84,20 @@ def sample_train_kl(
     tinker_D = [datum_to_tinker(d, LossName.IMPORTANCE_SAMPLING) for d in data_D]
     logprobs_D = [torch.tensor(list(lp), dtype=torch.float32) for lp in training_logprobs_D]
     return {k: float(v) for k, v in compute_kl_sample_train(tinker_D, logprobs_D).items()}
+
+
+class CookbookTrainingData:
+    """``ports.training_data.TrainingDataBuilder`` on the functions above."""
+
+    async def rl_data(
+        self, groups_P: Sequence[TrajectoryGroup], kl: KLPenalty, reference: LogprobScorer | None
+    ) -> tuple[list[TrainingDatum], dict[str, float]]:
+        return await rl_training_data(groups_P, kl=kl, reference=reference)
+
+    def minibatches(self, data_D: Sequence[TrainingDatum], num_substeps: int) -> list[list[TrainingDatum]]:
+        return substeps(data_D, num_substeps)
+
+    def sample_train_kl(
+        self, data_D: Sequence[TrainingDatum], training_logprobs_D: Sequence[Sequence[float]]
+    ) -> dict[str, float]:
+        return sample_train_kl(data_D, training_logprobs_D)

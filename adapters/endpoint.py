@@ -22,7 +22,8 @@ from agentlightning.utils.server_launcher import PythonServerLauncherArgs
 from litellm.proxy.shutdown.graceful_shutdown_manager import GracefulShutdownManager
 from tinker_cookbook import renderers
 
-from adapters.endpoint_provider import LoopBridge, PolicyProvider, PolicySnapshot, SamplingDefaults
+from adapters.endpoint_provider import LoopBridge, PolicyProvider, PolicySnapshot
+from domain.sampling import SamplingDefaults
 from ports.policy import Sampler
 
 logger = logging.getLogger(__name__)
@@ -145,17 +146,7 @@ class PolicyEndpoint:
     def set_temperature(self, temperature: float) -> SamplingDefaults:
         """Shortcut for ``set_sampling_defaults`` changing only the default temperature."""
         previous = self._provider.snapshot.defaults
-        self._provider.set_defaults(
-            SamplingDefaults(
-                max_tokens=previous.max_tokens,
-                temperature=temperature,
-                top_p=previous.top_p,
-                top_k=previous.top_k,
-                seed=previous.seed,
-                max_tokens_limit=previous.max_tokens_limit,
-                max_samples=previous.max_samples,
-            )
-        )
+        self._provider.set_defaults(previous.with_temperature(temperature))
         return previous
 
     async def start(self) -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import math
 import threading
 import uuid
 from collections.abc import Callable, Coroutine, Mapping, Sequence
@@ -38,55 +37,13 @@ from litellm.utils import custom_llm_setup
 from tinker_cookbook import renderers
 from tinker_cookbook.third_party.openai_compat import openai_messages_to_tinker, openai_tools_to_tinker
 
+from domain.sampling import SamplingDefaults, check_temperature, check_top_k, check_top_p
 from ports.policy import SampledSequence, Sampler, SamplingParams, StopReason
 
 T = TypeVar("T")
 
 MAX_STOP_STRINGS = 4
 """OpenAI's limit on ``stop`` entries in one request."""
-
-
-@dataclass(frozen=True, slots=True)
-class SamplingDefaults:
-    """What a request gets for each parameter it leaves out, and the bounds it may ask for.
-
-    Swapping these (``PolicyEndpoint.set_sampling_defaults``) is how evaluation samples at a
-    different temperature from training without touching agent code.
-    """
-
-    max_tokens: int = 512
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    seed: int | None = None
-    max_tokens_limit: int = 8192
-    """Largest ``max_tokens`` a request may ask for."""
-    max_samples: int = 8
-    """Largest ``n`` a request may ask for."""
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.max_tokens <= self.max_tokens_limit:
-            raise ValueError(f"max_tokens {self.max_tokens} must lie in [1, {self.max_tokens_limit}]")
-        _check_temperature(self.temperature)
-        _check_top_p(self.top_p)
-        _check_top_k(self.top_k)
-        if self.max_samples < 1:
-            raise ValueError(f"max_samples must be >= 1, got {self.max_samples}")
-
-
-def _check_temperature(value: float) -> None:
-    if not (math.isfinite(value) and 0.0 <= value <= 2.0):
-        raise ValueError(f"temperature {value} must lie in [0, 2]")
-
-
-def _check_top_p(value: float) -> None:
-    if not (math.isfinite(value) and 0.0 < value <= 1.0):
-        raise ValueError(f"top_p {value} must lie in (0, 1]")
-
-
-def _check_top_k(value: int) -> None:
-    if value != -1 and value < 1:
-        raise ValueError(f"top_k {value} must be -1 (no limit) or >= 1")
 
 
 def _int_param(name: str, value: object) -> int:
@@ -139,15 +96,15 @@ def sampling_request(
     temperature = defaults.temperature
     if optional_params.get("temperature") is not None:
         temperature = _float_param("temperature", optional_params["temperature"])
-        _check_temperature(temperature)
+        check_temperature(temperature)
     top_p = defaults.top_p
     if optional_params.get("top_p") is not None:
         top_p = _float_param("top_p", optional_params["top_p"])
-        _check_top_p(top_p)
+        check_top_p(top_p)
     top_k = defaults.top_k
     if optional_params.get("top_k") is not None:
         top_k = _int_param("top_k", optional_params["top_k"])
-        _check_top_k(top_k)
+        check_top_k(top_k)
     seed = defaults.seed
     if optional_params.get("seed") is not None:
         seed = _int_param("seed", optional_params["seed"])

@@ -1,27 +1,28 @@
 """Drop-in replacement for the original example's ``agl_tinker.rollout`` and ``agl_tinker.env``.
 
 Users of the original switch by changing one import: the names and positional signatures are the
-same, the new options are keyword-only. Underneath, everything runs through ``app.rollouts`` (one
-batch loop, deadlines, no polling per rollout) and the pure domain reconstruction.
+same, the new options are keyword-only. Each function is a thin face: it binds the Agent-lightning
+store and adapter it is given to the ports and calls the same use cases the training loop runs
+(``app.group_rollouts``, ``app.evaluation``, ``app.rollouts``).
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
 from agentlightning import LightningStore, Rollout, RolloutMode, Span, TraceToTripletBase
-from tinker_cookbook.rl.metric_util import compute_trajectory_metrics
 from tinker_cookbook.rl.types import Trajectory, TrajectoryGroup
 
 from adapters.agl_store import AglRolloutStore, AglTripletSource
 from adapters.cookbook_env import AGLDataset, AGLDatasetBuilder, AGLDummyEnv, AGLDummyEnvGroupBuilder
-from adapters.cookbook_types import to_cookbook_trajectory, to_trajectory_group
+from adapters.cookbook_groups import CookbookGroups, evaluation_metrics
+from adapters.cookbook_types import to_cookbook_trajectory
+from app.evaluation import all_task_groups, evaluate_task_groups
+from app.group_rollouts import GroupRolloutOptions, rollout_groups
 from app.rollouts import DEFAULT_ROLLOUT_TIMEOUT_S, OnResult, RolloutOptions, RolloutStats, run_rollouts
-from domain.groups import FailedRolloutPolicy, RolloutResult, group_metrics, is_trainable
-from domain.groups import nonconstant_group_indices as _nonconstant
+from domain.groups import FailedRolloutPolicy
 from domain.trajectory import RewardPolicy, reconstruct_trajectory
 from ports.rollout_store import RetryPolicy, RolloutRequest
 
@@ -34,6 +35,7 @@ __all__ = [
     "agl_single_rollout",
     "dataset_to_env_group_builders",
     "do_group_of_group_rollouts",
+    "evaluation_metrics",
     "reconstruct_transitions",
 ]
 
@@ -101,68 +103,32 @@ async def do_group_of_group_rollouts(
     metrics; a group left with no member is dropped. With ``do_remove_constant_reward_groups``
     the batch can come back empty.
     """
-    reward_policy = reward_policy or RewardPolicy()
-    envs_P = [list(await builder.make_envs()) for builder in env_group_builders_P]
-    requests = [
-        RolloutRequest(task=env.task, mode=mode, resources_id=llm_resources_id) for env in itertools.chain(*envs_P)
-    ]
-    results = await run_rollouts(
-        requests,
+    return await rollout_groups(
+        env_group_builders_P,
+        llm_resources_id,
+        i_batch,
         store=AglRolloutStore(store),
         triplets=AglTripletSource(adapter),
-        options=RolloutOptions(
-            rollout_timeout_s=rollout_timeout_s,
-            concurrency=concurrency,
-            retry=retry or RetryPolicy(),
-            reward_policy=reward_policy,
+        assembler=CookbookGroups(),
+        mode=mode,
+        options=GroupRolloutOptions(
+            rollouts=RolloutOptions(
+                rollout_timeout_s=rollout_timeout_s,
+                concurrency=concurrency,
+                retry=retry or RetryPolicy(),
+                reward_policy=reward_policy or RewardPolicy(),
+            ),
+            failed_rollouts=failed_rollouts,
+            remove_constant_reward_groups=do_remove_constant_reward_groups,
         ),
         on_result=on_result,
         stats=stats,
-    )
-    groups: list[TrajectoryGroup] = []
-    offset = 0
-    for i_group, (builder, envs_G) in enumerate(zip(env_group_builders_P, envs_P, strict=True)):
-        results_G = results[offset : offset + len(envs_G)]
-        offset += len(envs_G)
-        group = await _trajectory_group(builder, envs_G, results_G, failed_rollouts, reward_policy)
-        if group is None:
-            logger.warning("[Batch %d %s] [Group %d] no trainable rollout; group dropped", i_batch, mode, i_group)
-            continue
-        groups.append(group)
-    if do_remove_constant_reward_groups:
-        keep = _nonconstant([g.get_total_rewards() for g in groups])
-        logger.info("[Batch %d %s] removed %d constant-reward group(s)", i_batch, mode, len(groups) - len(keep))
-        groups = [groups[i] for i in keep]
-    return groups
-
-
-async def _trajectory_group(
-    builder: AGLDummyEnvGroupBuilder[Any],
-    envs_G: Sequence[AGLDummyEnv[Any]],
-    results_G: Sequence[RolloutResult],
-    failed_rollouts: FailedRolloutPolicy,
-    reward_policy: RewardPolicy,
-) -> TrajectoryGroup | None:
-    kept = [
-        (env, result)
-        for env, result in zip(envs_G, results_G, strict=True)
-        if is_trainable(result, failed_rollouts, reward_policy)
-    ]
-    if not kept:
-        return None
-    cookbook_G = [to_cookbook_trajectory(result.trajectory) for _, result in kept]
-    rewards_and_metrics_G = await builder.compute_group_rewards(cookbook_G, [env for env, _ in kept])
-    return to_trajectory_group(
-        [result.trajectory for _, result in kept],
-        [reward for reward, _ in rewards_and_metrics_G],
-        [metrics for _, metrics in rewards_and_metrics_G],
-        group_metrics(results_G, failed_rollouts, reward_policy),
     )
 
 
 def dataset_to_env_group_builders(dataset: AGLDataset[T_task]) -> list[AGLDummyEnvGroupBuilder[T_task]]:
     """Every group builder of every batch, flattened (what the test-set evaluator rolls out)."""
-    return list(itertools.chain(*[dataset.get_batch(i) for i in range(len(dataset))]))
+    return all_task_groups(dataset)
 
 
 class AGLTestSetEvaluator(Generic[T_task]):
@@ -184,29 +150,15 @@ class AGLTestSetEvaluator(Generic[T_task]):
         rollout_timeout_s: float = DEFAULT_ROLLOUT_TIMEOUT_S,
         on_result: OnResult | None = None,
     ) -> dict[str, float]:
-        groups_P = await do_group_of_group_rollouts(
+        return await evaluate_task_groups(
             self.env_group_builders_P,
             llm_resources_id,
             i_batch,
-            store=store,
-            adapter=adapter,
+            store=AglRolloutStore(store),
+            triplets=AglTripletSource(adapter),
+            assembler=CookbookGroups(),
             mode=mode,
-            concurrency=concurrency,
-            rollout_timeout_s=rollout_timeout_s,
-            # A failed rollout's traced turns count (as reward 0 when it emitted none) instead of
-            # vanishing and flattering the score.
-            failed_rollouts=FailedRolloutPolicy.TRAIN,
+            rollouts=RolloutOptions(rollout_timeout_s=rollout_timeout_s, concurrency=concurrency),
+            name=self.name,
             on_result=on_result,
         )
-        metrics = evaluation_metrics(groups_P, n_tasks=len(self.env_group_builders_P))
-        if self.name is not None:
-            metrics = {f"{self.name}/{k}": v for k, v in metrics.items()}
-        return metrics
-
-
-def evaluation_metrics(groups_P: list[TrajectoryGroup], *, n_tasks: int) -> dict[str, float]:
-    """Cookbook trajectory metrics plus the fraction of tasks that produced a usable trajectory."""
-    metrics = dict(compute_trajectory_metrics(groups_P, [[] for _ in groups_P]))
-    usable = sum(1 for g in groups_P if any(t.transitions for t in g.trajectories_G))
-    metrics["env/all/frac_tasks_usable"] = usable / n_tasks if n_tasks else 0.0
-    return metrics

@@ -68,9 +68,13 @@ class TrainConfig(_Frozen):
     agent: str = "app.demo_agent:digit_agent"
     """The ``@agl.rollout`` agent as ``package.module:attribute`` (runner processes import it)."""
     tasks: str = DEMO
-    """Training tasks: ``demo`` or a ``.jsonl``/``.csv``/``.parquet`` file of task records."""
-    test_tasks: str | None = DEMO
-    """Evaluation tasks (each rolled out once); unset splits ``tasks`` 70/30 like the original."""
+    """Training tasks: ``demo`` or a ``.jsonl``/``.json``/``.csv``/``.parquet`` file; each task reaches the
+    agent exactly as the file holds it (JSON types kept, CSV rows as dicts of strings)."""
+    test_tasks: str | None = None
+    """Evaluation tasks (each rolled out once). Unset: no test set, except the demo's own words for
+    ``tasks=demo``, or a ``test_split`` of ``tasks`` when one is asked for."""
+    test_split: float = Field(default=0.0, ge=0, lt=1)
+    """Fraction of ``tasks`` held out as the test set when ``test_tasks`` is unset (0: none)."""
     demo_repeats: int = Field(default=1, ge=1)
     """demo: how many times each number word appears in the training tasks."""
     log_path: str = "runs/demo"

@@ -13,11 +13,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from adapters.agl_runners import RunnerProcesses
 from adapters.endpoint import EndpointError
+from adapters.run_log import CHECKPOINTS_FILE, last_checkpoint
 from adapters.tinker_backend import TinkerError
 from app.config import TrainConfig
 from app.launch import LaunchError, open_run, store_launcher_args, train
 from app.report import write_report
-from app.training import REWARD_KEY, TrainingHooks, evaluate, last_checkpoint
+from app.training import REWARD_KEY, TrainingHooks, evaluate
 from domain.groups import RolloutResult
 
 EXIT_RUNTIME = 1
@@ -100,13 +101,14 @@ def run_evaluation(config: TrainConfig, checkpoint: str | None) -> int:
     """``agl-tinker eval``: the test-set metrics of a checkpoint, printed as lines of ``key value``."""
 
     async def go() -> dict[str, float]:
-        async with open_run(config) as parts:
+        async with open_run(config) as run:
+            parts = run.parts
             path = checkpoint or _last_state(config)
             if path is not None:
                 await parts.trainer.load_state(path)
-            parts.endpoint.set_sampler(await parts.trainer.sampler("eval"))
-            resources = await parts.store.add_resources({"main_llm": parts.endpoint.as_resource()})
-            return await evaluate(parts, resources.resources_id, 0)
+            parts.server.set_sampler(await parts.trainer.sampler("eval"))
+            resources_id = await parts.store.add_resources({"main_llm": parts.server.as_resource()})
+            return await evaluate(parts, resources_id, 0)
 
     try:
         metrics = asyncio.run(go())
@@ -122,7 +124,7 @@ def run_evaluation(config: TrainConfig, checkpoint: str | None) -> int:
 def _last_state(config: TrainConfig) -> str | None:
     record = last_checkpoint(config.log_path)
     if record is None:
-        console.print(f"no checkpoint in {Path(config.log_path) / 'checkpoints.jsonl'}: evaluating the initial weights")
+        console.print(f"no checkpoint in {Path(config.log_path) / CHECKPOINTS_FILE}: evaluating the initial weights")
         return None
     return record.state_path
 

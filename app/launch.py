@@ -1,7 +1,8 @@
 """Composition root of a training run: backend, store, runners, endpoint, datasets, logger.
 
-``open_run`` builds every part from a ``TrainConfig`` and tears them down in reverse order;
-``train`` runs the loop on them. One-click mode (no ``store_url``) serves an embedded
+The one place that binds adapters to the ports: ``open_run`` builds every part from a
+``TrainConfig`` (the loop's ``TrainingParts`` plus the concrete endpoint and store behind them) and
+tears them down in reverse order; ``train`` runs the loop on them. One-click mode (no ``store_url``) serves an embedded
 ``InMemoryLightningStore`` on 127.0.0.1 and starts ``n_runners`` runner processes on it;
 distributed mode attaches to an ``agl store`` URL where runners from other machines take rollouts.
 """
@@ -13,7 +14,7 @@ import contextlib
 import json
 import logging
 import socket
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -23,17 +24,32 @@ from agentlightning.store.client_server import API_V1_AGL_PREFIX
 from agentlightning.utils.server_launcher import PythonServerLauncherArgs
 from tinker_cookbook import renderers
 from tinker_cookbook.renderers import get_renderer
+from tinker_cookbook.rl.types import TrajectoryGroup
 from tinker_cookbook.tokenizer_utils import get_tokenizer
 from tinker_cookbook.utils import ml_log
 
 from adapters.agl_runners import RunnerProcesses, load_agent
-from adapters.cookbook_env import AGLDataset, AGLDatasetBuilder
+from adapters.agl_store import AglRolloutStore, AglTripletSource
+from adapters.cookbook_env import AGLDataset, AGLDummyEnv, AGLDummyEnvGroupBuilder, read_task_file
+from adapters.cookbook_groups import CookbookGroups
+from adapters.cookbook_training import CookbookTrainingData, supervised_datum
 from adapters.endpoint import EndpointConfig, PolicyEndpoint
-from adapters.endpoint_provider import SamplingDefaults
+from adapters.run_log import CookbookMetricsLog, JsonlCheckpointLog
 from app import demo_task
 from app.config import DEMO, TrainConfig
-from app.training import TrainingHooks, TrainingParts, TrainingSummary, run_training
-from ports.policy import Trainer
+from app.rollouts import RolloutOptions
+from app.training import (
+    TrainingHooks,
+    TrainingParts,
+    TrainingSettings,
+    TrainingSummary,
+    WarmStartSettings,
+    run_training,
+)
+from domain.batching import split_train_val
+from domain.sampling import SamplingDefaults
+from ports.policy import LossName, Trainer
+from ports.training_data import KLPenalty
 
 logger = logging.getLogger(__name__)
 
@@ -110,33 +126,43 @@ async def open_backend(config: TrainConfig) -> Backend:
     return Backend(trainer=tinker_trainer, renderer=renderer)
 
 
-def _tasks(source: str, config: TrainConfig, *, train: bool) -> Sequence[Any] | str:
+def read_tasks(source: str, config: TrainConfig, *, train: bool) -> list[Any]:
+    """The demo's tasks or a task file's, each exactly as written."""
     if source == DEMO:
-        return demo_task.digit_tasks(config.demo_repeats if train else 1)
+        return list(demo_task.digit_tasks(config.demo_repeats if train else 1))
     if not Path(source).is_file():
         raise LaunchError(f"task file {source} does not exist")
-    return source
+    try:
+        return read_task_file(source)
+    except ValueError as error:
+        raise LaunchError(str(error)) from error
+
+
+def split_tasks(config: TrainConfig) -> tuple[list[Any], list[Any]]:
+    """Training and test tasks: ``test_tasks`` when given, a ``test_split`` of ``tasks`` when asked, else none.
+
+    The demo's test set (its ten words once each) is implied by ``tasks=demo``.
+    """
+    train = read_tasks(config.tasks, config, train=True)
+    if config.test_tasks is not None:
+        return train, read_tasks(config.test_tasks, config, train=False)
+    if config.test_split > 0:
+        train_idx, test_idx = split_train_val(len(train), train_fraction=1 - config.test_split, seed=config.seed)
+        return [train[i] for i in train_idx], [train[i] for i in test_idx]
+    if config.tasks == DEMO:
+        return train, read_tasks(DEMO, config, train=False)
+    return train, []
 
 
 async def build_datasets(config: TrainConfig) -> tuple[AGLDataset[Any], AGLDataset[Any] | None]:
-    train = _tasks(config.tasks, config, train=True)
-    test = _tasks(config.test_tasks, config, train=False) if config.test_tasks is not None else None
-    builder: AGLDatasetBuilder[Any] = AGLDatasetBuilder(
-        batch_size=config.batch_size,
-        group_size=config.group_size,
-        n_epochs=config.n_epochs,
-        seed=config.seed,
-        train_file=train if isinstance(train, str) else None,
-        train_dataset=None if isinstance(train, str) else train,
-        val_file=test if isinstance(test, str) else None,
-        val_dataset=None if isinstance(test, str) or test is None else test,
+    """The training batches, and the test set rolled out once per task (``None`` without test tasks)."""
+    train, test = split_tasks(config)
+    dataset: AGLDataset[Any] = AGLDataset(
+        train, batch_size=config.batch_size, group_size=config.group_size, seed=config.seed, n_epochs=config.n_epochs
     )
-    try:
-        dataset, test_dataset = await builder()
-    except ValueError as error:
-        raise LaunchError(str(error)) from error
     if len(dataset) == 0:
-        raise LaunchError(f"{len(dataset.dataset)} training tasks make no batch of {config.batch_size}")
+        raise LaunchError(f"{len(train)} training tasks make no batch of {config.batch_size}")
+    test_dataset = AGLDataset(test, batch_size=len(test), shuffle=False, group_size=1) if test else None
     return dataset, test_dataset
 
 
@@ -216,8 +242,43 @@ def open_logger(config: TrainConfig) -> ml_log.Logger:
     return ml_logger
 
 
+def training_settings(config: TrainConfig) -> TrainingSettings:
+    """The loop's settings from the run's config."""
+    warm = config.warm_start
+    return TrainingSettings(
+        log_path=config.log_path,
+        learning_rate=config.learning_rate,
+        loss=LossName(config.loss_fn),
+        num_substeps=config.num_substeps,
+        kl=KLPenalty(config.kl_penalty_coef, config.kl_discount_factor),
+        remove_constant_reward_groups=config.remove_constant_reward_groups,
+        rollouts=RolloutOptions(rollout_timeout_s=config.rollout_timeout_s, concurrency=config.concurrency),
+        eval_every=config.eval_every,
+        eval_temperature=config.eval_temperature,
+        save_every=config.save_every,
+        max_batches=config.max_batches,
+        target_test_reward=config.target_test_reward,
+        warm_start=WarmStartSettings(steps=warm.steps, batch_size=warm.batch_size, learning_rate=warm.learning_rate),
+    )
+
+
+AglTrainingParts = TrainingParts[AGLDummyEnvGroupBuilder[Any], AGLDummyEnv[Any], TrajectoryGroup, agl.Span]
+"""The loop's parts bound to Agent-lightning and tinker-cookbook."""
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """An open run: the loop's parts, and the concrete pieces behind them for callers that need them."""
+
+    parts: AglTrainingParts
+    endpoint: PolicyEndpoint
+    renderer: renderers.Renderer
+    store: agl.LightningStore
+    """The Agent-lightning store the runners and the endpoint use (embedded or a client)."""
+
+
 @contextlib.asynccontextmanager
-async def open_run(config: TrainConfig) -> AsyncIterator[TrainingParts]:
+async def open_run(config: TrainConfig) -> AsyncIterator[Run]:
     """Every part of a run, started in dependency order and stopped in reverse."""
     Path(config.log_path).mkdir(parents=True, exist_ok=True)
     if config.n_runners > 0:
@@ -247,17 +308,23 @@ async def open_run(config: TrainConfig) -> AsyncIterator[TrainingParts]:
             if config.n_runners > 0:
                 runners = RunnerProcesses(config.agent, url, config.n_runners)
                 stack.enter_context(runners)
-            yield TrainingParts(
-                config=config,
+            ml_logger = open_logger(config)
+            stack.callback(ml_logger.close)
+            parts: AglTrainingParts = TrainingParts(
+                settings=training_settings(config),
                 trainer=backend.trainer,
-                renderer=backend.renderer,
-                endpoint=endpoint,
-                store=store,
-                adapter=agl.TracerTraceToTriplet(),
+                server=endpoint,
+                store=AglRolloutStore(store),
+                triplets=AglTripletSource(agl.TracerTraceToTriplet()),
+                assembler=CookbookGroups(),
+                data=CookbookTrainingData(),
                 dataset=dataset,
                 test_dataset=test_dataset,
-                warm_start_chats=chats,
+                checkpoints=JsonlCheckpointLog(config.log_path),
+                metrics=CookbookMetricsLog(ml_logger),
+                warm_start_data=[supervised_datum(chat, backend.renderer) for chat in chats],
             )
+            yield Run(parts=parts, endpoint=endpoint, renderer=backend.renderer, store=store)
     finally:
         if backend.close is not None:
             backend.close()
@@ -265,9 +332,5 @@ async def open_run(config: TrainConfig) -> AsyncIterator[TrainingParts]:
 
 async def train(config: TrainConfig, hooks: TrainingHooks | None = None) -> TrainingSummary:
     """One training run from a config: the facade a trainer embeds."""
-    ml_logger = open_logger(config)
-    try:
-        async with open_run(config) as parts:
-            return await run_training(parts, ml_logger, hooks)
-    finally:
-        ml_logger.close()
+    async with open_run(config) as run:
+        return await run_training(run.parts, hooks)

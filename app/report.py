@@ -8,8 +8,8 @@ from pathlib import Path
 
 from returns.result import Failure, Result, Success
 
-TRAIN_REWARD = "env/all/reward/total"
-TEST_REWARD = "test/env/all/reward/total"
+from domain.metric_names import TEST_REWARD, TRAIN_REWARD
+
 LOSS = "optim/loss:sum"
 ENTROPY = "optim/entropy"
 

@@ -48,6 +48,9 @@ class RolloutOptions:
             raise ValueError("ticks must satisfy 0 < min_tick_s <= max_tick_s")
 
 
+DEFAULT_ROLLOUT_OPTIONS = RolloutOptions()
+
+
 @dataclass(slots=True)
 class RolloutStats:
     """What a batch cost, for logs and benchmarks."""

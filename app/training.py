@@ -1,83 +1,70 @@
-"""The synchronous on-policy RL loop over Agent-lightning rollouts (tinker-cookbook's ``do_sync_training``).
+"""The synchronous on-policy RL loop over agent rollouts (tinker-cookbook's ``do_sync_training``).
 
-Per batch: register the endpoint as the store's LLM resource, evaluate on the test set every
+Per batch: publish the endpoint as the agents' LLM resource, evaluate on the test set every
 ``eval_every`` batches, roll out the batch's groups through the store and runners, drop
-constant-reward groups if asked, build datums with the cookbook (advantages, prefix merging,
-optional KL shaping), run ``num_substeps`` forward-backward + optimizer steps, publish the new
-weights to the endpoint, log metrics, and checkpoint every ``save_every`` batches. The loop
-resumes from ``checkpoints.jsonl`` at the batch after the last saved one, so a crash repeats
-no finished batch and skips none. It takes its parts as arguments; ``app.launch`` builds them.
+constant-reward groups if asked, build datums (advantages, prefix merging, optional KL shaping),
+run ``num_substeps`` forward-backward + optimizer steps, serve the new weights from the endpoint,
+log metrics, and checkpoint every ``save_every`` batches. The loop resumes at the batch after the
+last checkpoint, so a crash repeats no finished batch and skips none.
+
+It runs on the ports only (``TrainingParts``); ``app.launch`` binds them to Agent-lightning,
+tinker-cookbook and a policy backend.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import Generic
 
-from agentlightning import LightningStore, TraceToTripletBase
-from tinker_cookbook import renderers
-from tinker_cookbook.checkpoint_utils import get_last_checkpoint
-from tinker_cookbook.rl.metric_util import compute_trajectory_metrics
-from tinker_cookbook.rl.types import TrajectoryGroup
-from tinker_cookbook.utils import ml_log
-from tinker_cookbook.utils.misc_utils import dict_mean
-
-from adapters.cookbook_training import (
-    KLPenalty,
-    LogprobScorer,
-    rl_training_data,
-    sample_train_kl,
-    substeps,
-    supervised_datum,
-)
-from adapters.endpoint import PolicyEndpoint
-from app.compat import AGLDataset, AGLTestSetEvaluator, do_group_of_group_rollouts
-from app.config import TrainConfig, WarmStartConfig
-from app.report import TRAIN_REWARD
-from app.rollouts import RolloutStats
+from app.evaluation import all_task_groups, evaluate_policy
+from app.group_rollouts import GroupRolloutOptions, rollout_groups
+from app.rollouts import RolloutOptions, RolloutStats
 from domain.groups import RolloutResult
-from ports.policy import AdamParams, LossName, Trainer, TrainingDatum
+from domain.metric_names import TEST_PREFIX, TRAIN_REWARD
+from domain.stats import mean_per_key
+from ports.policy import AdamParams, LogprobScorer, LossName, Trainer, TrainingDatum
+from ports.policy_endpoint import PolicyServer
+from ports.rollout_store import RolloutStore, SpanT, TripletSource
+from ports.run_log import Checkpoint, CheckpointLog, MetricsLog
+from ports.training_data import KLPenalty, TrainingDataBuilder
+from ports.trajectory_groups import GroupAssembler, GroupT, MemberT, TaskBatches, TaskGroupT
 
 logger = logging.getLogger(__name__)
 
 REWARD_KEY = TRAIN_REWARD
-"""Mean total reward per trajectory in cookbook metrics (the test set's is ``test/`` + this)."""
-CHECKPOINTS_FILE = "checkpoints.jsonl"
-METRICS_FILE = "metrics.jsonl"
-REFERENCE_FILE = "kl_reference.json"
+"""Mean total reward per trajectory in the batch metrics (the test set's is ``test/`` + this)."""
 
 
 @dataclass(frozen=True, slots=True)
-class Checkpoint:
-    """A resumable point: ``batch`` batches are done and ``state_path`` holds weights and optimizer."""
+class WarmStartSettings:
+    """Supervised (cross-entropy) steps before RL, cycling through the warm-start datums."""
 
-    name: str
-    batch: int
-    state_path: str
-    final: bool = False
-    """Written at the end of a run (or at its early stop): resuming it trains nothing."""
+    steps: int = 0
+    batch_size: int = 32
+    learning_rate: float = 1e-2
 
 
-def last_checkpoint(log_path: str | Path) -> Checkpoint | None:
-    """The newest resumable record of ``checkpoints.jsonl`` (the cookbook's format and reader)."""
-    record = get_last_checkpoint(str(log_path))
-    if record is None or record.batch is None or record.state_path is None:
-        return None
-    return Checkpoint(name=record.name, batch=record.batch, state_path=record.state_path, final=bool(record.final))
+@dataclass(frozen=True, slots=True)
+class TrainingSettings:
+    """The loop's knobs (``app.launch.training_settings`` maps a ``TrainConfig`` onto them)."""
 
-
-async def save_checkpoint(trainer: Trainer, log_path: str | Path, name: str, batch: int, **extra: Any) -> Checkpoint:
-    """Save the trainer's state and append its record (written last, so a crash mid-save is ignored)."""
-    state_path = await trainer.save_state(name)
-    record = {"name": name, "batch": batch, "state_path": state_path, **extra}
-    with open(Path(log_path) / CHECKPOINTS_FILE, "a") as file:
-        file.write(json.dumps(record) + "\n")
-    return Checkpoint(name=name, batch=batch, state_path=state_path, final=bool(extra.get("final")))
+    log_path: str
+    """Named in messages; the files themselves go through the run-log ports."""
+    learning_rate: float
+    loss: LossName = LossName.IMPORTANCE_SAMPLING
+    num_substeps: int = 1
+    kl: KLPenalty = field(default_factory=KLPenalty)
+    remove_constant_reward_groups: bool = False
+    rollouts: RolloutOptions = field(default_factory=RolloutOptions)
+    eval_every: int = 0
+    eval_temperature: float = 0.0
+    save_every: int = 0
+    max_batches: int | None = None
+    target_test_reward: float | None = None
+    warm_start: WarmStartSettings = field(default_factory=WarmStartSettings)
 
 
 @dataclass(slots=True)
@@ -114,188 +101,203 @@ class TrainingSummary:
 
 
 @dataclass(frozen=True, slots=True)
-class TrainingParts:
-    """Everything the loop drives; built by ``app.launch`` (or by a trainer embedding this)."""
+class TrainingParts(Generic[TaskGroupT, MemberT, GroupT, SpanT]):
+    """Everything the loop drives, as ports; built by ``app.launch`` (or by a trainer embedding this)."""
 
-    config: TrainConfig
+    settings: TrainingSettings
     trainer: Trainer
-    renderer: renderers.Renderer
-    endpoint: PolicyEndpoint
-    store: LightningStore
-    adapter: TraceToTripletBase
-    dataset: AGLDataset[Any]
-    test_dataset: AGLDataset[Any] | None
-    warm_start_chats: Sequence[Sequence[renderers.Message]] = ()
+    server: PolicyServer
+    store: RolloutStore[SpanT]
+    triplets: TripletSource[SpanT]
+    assembler: GroupAssembler[TaskGroupT, MemberT, GroupT]
+    data: TrainingDataBuilder[GroupT]
+    dataset: TaskBatches[TaskGroupT]
+    test_dataset: TaskBatches[TaskGroupT] | None
+    checkpoints: CheckpointLog
+    metrics: MetricsLog
+    warm_start_data: Sequence[TrainingDatum] = ()
+    """Cross-entropy datums of the supervised warm start (none: no warm start)."""
 
 
-def total_batches(config: TrainConfig, dataset: AGLDataset[Any]) -> int:
-    return min(len(dataset), config.max_batches) if config.max_batches else len(dataset)
+def total_batches(settings: TrainingSettings, n_batches: int) -> int:
+    return min(n_batches, settings.max_batches) if settings.max_batches else n_batches
+
+
+async def save_checkpoint(
+    trainer: Trainer, checkpoints: CheckpointLog, name: str, batch: int, *, final: bool = False
+) -> Checkpoint:
+    """Save the trainer's state and record it (recorded last, so a crash mid-save is ignored)."""
+    checkpoint = Checkpoint(name=name, batch=batch, state_path=await trainer.save_state(name), final=final)
+    checkpoints.append(checkpoint)
+    return checkpoint
 
 
 async def warm_start(
     trainer: Trainer,
-    renderer: renderers.Renderer,
-    chats: Sequence[Sequence[renderers.Message]],
-    cfg: WarmStartConfig,
+    data_D: Sequence[TrainingDatum],
+    settings: WarmStartSettings,
     log: Callable[[str], None] = logger.info,
 ) -> dict[str, float]:
-    """Supervised steps on ``chats`` (cross-entropy), cycling through them."""
-    if cfg.steps == 0 or not chats:
+    """Supervised steps on ``data_D`` (cross-entropy), cycling through them."""
+    if settings.steps == 0 or not data_D:
         return {}
-    data = [supervised_datum(chat, renderer) for chat in chats]
+    data = list(data_D)
     losses: list[float] = []
-    for step in range(cfg.steps):
-        start = (step * cfg.batch_size) % len(data)
-        batch = (data + data)[start : start + min(cfg.batch_size, len(data))]
+    for step in range(settings.steps):
+        start = (step * settings.batch_size) % len(data)
+        batch = (data + data)[start : start + min(settings.batch_size, len(data))]
         output = await trainer.forward_backward(batch, LossName.CROSS_ENTROPY)
-        await trainer.optim_step(AdamParams(learning_rate=cfg.learning_rate))
+        await trainer.optim_step(AdamParams(learning_rate=settings.learning_rate))
         losses.append(output.metrics.get("loss:sum", 0.0) / len(batch))
-    log(f"warm start: {cfg.steps} supervised steps, loss per example {losses[0]:.3f} -> {losses[-1]:.3f}")
+    log(f"warm start: {settings.steps} supervised steps, loss per example {losses[0]:.3f} -> {losses[-1]:.3f}")
     return {"warm_start/loss_first": losses[0], "warm_start/loss_last": losses[-1]}
 
 
-async def evaluate(parts: TrainingParts, resources_id: str, i_batch: int) -> dict[str, float]:
+async def evaluate(
+    parts: TrainingParts[TaskGroupT, MemberT, GroupT, SpanT], resources_id: str, i_batch: int
+) -> dict[str, float]:
     """Test-set metrics at the eval temperature, ``test/``-prefixed; empty without a test set."""
-    if parts.test_dataset is None or len(parts.test_dataset) == 0:
+    if parts.test_dataset is None:
         return {}
-    cfg = parts.config
-    previous = parts.endpoint.set_temperature(cfg.eval_temperature)
-    try:
-        evaluator = AGLTestSetEvaluator(parts.test_dataset, name="test")
-        return await evaluator(
-            resources_id,
-            parts.store,
-            parts.adapter,
-            "val",
-            i_batch,
-            concurrency=cfg.concurrency,
-            rollout_timeout_s=cfg.rollout_timeout_s,
-        )
-    finally:
-        parts.endpoint.set_sampling_defaults(previous)
+    settings = parts.settings
+    return await evaluate_policy(
+        parts.server,
+        settings.eval_temperature,
+        all_task_groups(parts.test_dataset),
+        resources_id,
+        i_batch,
+        store=parts.store,
+        triplets=parts.triplets,
+        assembler=parts.assembler,
+        rollouts=settings.rollouts,
+        name=TEST_PREFIX.rstrip("/"),
+    )
 
 
 async def train_step(
     trainer: Trainer,
-    cfg: TrainConfig,
-    groups_P: Sequence[TrajectoryGroup],
+    data: TrainingDataBuilder[GroupT],
+    settings: TrainingSettings,
+    groups_P: Sequence[GroupT],
     reference: LogprobScorer | None = None,
 ) -> tuple[list[TrainingDatum], dict[str, float]]:
-    """Cookbook datums, then ``num_substeps`` forward-backward + optimizer steps; returns the datums and metrics."""
-    data_D, metrics = await rl_training_data(
-        groups_P, kl=KLPenalty(cfg.kl_penalty_coef, cfg.kl_discount_factor), reference=reference
-    )
-    loss = LossName(cfg.loss_fn)
+    """Datums, then ``num_substeps`` forward-backward + optimizer steps; returns the datums and metrics."""
+    data_D, metrics = await data.rl_data(groups_P, settings.kl, reference)
     step_metrics: list[dict[str, float]] = []
     training_logprobs_D: list[tuple[float, ...]] = []
-    for minibatch in substeps(data_D, cfg.num_substeps):
-        output = await trainer.forward_backward(minibatch, loss)
+    for minibatch in data.minibatches(data_D, settings.num_substeps):
+        output = await trainer.forward_backward(minibatch, settings.loss)
         training_logprobs_D.extend(output.logprobs_D)
-        optim = await trainer.optim_step(AdamParams(learning_rate=cfg.learning_rate))
+        optim = await trainer.optim_step(AdamParams(learning_rate=settings.learning_rate))
         step_metrics.append({f"optim/{k}": v for k, v in {**output.metrics, **optim}.items()})
-    metrics.update(dict_mean(step_metrics))  # per key, over the substeps
-    metrics.update(sample_train_kl(data_D, training_logprobs_D))
+    metrics.update(mean_per_key(step_metrics))  # per key, over the substeps
+    metrics.update(data.sample_train_kl(data_D, training_logprobs_D))
     metrics["optim/n_datums"] = float(len(data_D))
     return data_D, metrics
 
 
 async def run_training(
-    parts: TrainingParts, ml_logger: ml_log.Logger, hooks: TrainingHooks | None = None
+    parts: TrainingParts[TaskGroupT, MemberT, GroupT, SpanT], hooks: TrainingHooks | None = None
 ) -> TrainingSummary:
     """Train from the last checkpoint (or from scratch, after the warm start) to the end of the dataset."""
-    cfg = parts.config
+    settings = parts.settings
     hooks = hooks or TrainingHooks()
     log = hooks.on_log or logger.info
-    n_batches = total_batches(cfg, parts.dataset)
-    resume = last_checkpoint(cfg.log_path)
+    n_batches = total_batches(settings, len(parts.dataset))
+    resume = parts.checkpoints.last()
     if resume is not None and resume.final:
-        log(f"the run in {cfg.log_path} is complete (final checkpoint after batch {resume.batch})")
+        log(f"the run in {settings.log_path} is complete (final checkpoint after batch {resume.batch})")
         return TrainingSummary(start_batch=resume.batch, end_batch=resume.batch, final_checkpoint=resume)
     reference: LogprobScorer | None = None
     if resume is not None:
-        if cfg.kl_penalty_coef > 0:
-            reference = await _load_reference(parts.trainer, cfg.log_path, log)
+        if settings.kl.coef > 0:
+            reference = await _load_reference(parts, log)
         await parts.trainer.load_state(resume.state_path)
         start = resume.batch
         log(f"resuming after batch {start} from {resume.state_path}")
     else:
         start = 0
-        warm = await warm_start(parts.trainer, parts.renderer, parts.warm_start_chats, cfg.warm_start, log)
+        warm = await warm_start(parts.trainer, parts.warm_start_data, settings.warm_start, log)
         if warm:
-            ml_logger.log_metrics(warm, step=0)
-        if cfg.kl_penalty_coef > 0:
-            reference = await _save_reference(parts.trainer, cfg.log_path)
+            parts.metrics.log_metrics(warm, step=0)
+        if settings.kl.coef > 0:
+            reference = await _save_reference(parts)
     summary = TrainingSummary(start_batch=start, end_batch=n_batches)
     if hooks.on_run_start:
         hooks.on_run_start(start, n_batches)
-    parts.endpoint.set_sampler(await parts.trainer.sampler(f"batch-{start:06d}"))
+    parts.server.set_sampler(await parts.trainer.sampler(f"batch-{start:06d}"))
+    options = GroupRolloutOptions(
+        rollouts=settings.rollouts, remove_constant_reward_groups=settings.remove_constant_reward_groups
+    )
 
     for i_batch in range(start, n_batches):
         t_start = time.perf_counter()
         metrics: dict[str, float] = {
             "progress/batch": float(i_batch),
             "progress/done_frac": (i_batch + 1) / n_batches,
-            "optim/lr": cfg.learning_rate,
+            "optim/lr": settings.learning_rate,
         }
-        resources = await parts.store.add_resources({"main_llm": parts.endpoint.as_resource()})
-        if cfg.eval_every > 0 and i_batch % cfg.eval_every == 0:
-            await _evaluate_and_record(parts, resources.resources_id, i_batch, metrics, summary, hooks)
-            if _reached(cfg, summary) and i_batch > start:
-                log(f"test reward {summary.reward_after:.3f} reached the target {cfg.target_test_reward}: stopping")
-                ml_logger.log_metrics(metrics, step=i_batch)
+        resources_id = await parts.store.add_resources({"main_llm": parts.server.as_resource()})
+        if settings.eval_every > 0 and i_batch % settings.eval_every == 0:
+            await _evaluate_and_record(parts, resources_id, i_batch, metrics, summary, hooks)
+            if _reached(settings, summary) and i_batch > start:
+                target = settings.target_test_reward
+                log(f"test reward {summary.reward_after:.3f} reached the target {target}: stopping")
+                parts.metrics.log_metrics(metrics, step=i_batch)
                 summary.end_batch = n_batches = i_batch
                 break
 
-        builders_P = parts.dataset.get_batch(i_batch)
+        task_groups_P = parts.dataset.get_batch(i_batch)
+        n_rollouts = sum(g.num_envs for g in task_groups_P)
         if hooks.on_batch_start:
-            hooks.on_batch_start(i_batch, sum(b.num_envs for b in builders_P))
+            hooks.on_batch_start(i_batch, n_rollouts)
         stats = RolloutStats()
         t_sample = time.perf_counter()
-        groups_P = await do_group_of_group_rollouts(
-            builders_P,
-            resources.resources_id,
+        groups_P = await rollout_groups(
+            task_groups_P,
+            resources_id,
             i_batch,
             store=parts.store,
-            adapter=parts.adapter,
+            triplets=parts.triplets,
+            assembler=parts.assembler,
             mode="train",
-            do_remove_constant_reward_groups=cfg.remove_constant_reward_groups,
-            concurrency=cfg.concurrency,
-            rollout_timeout_s=cfg.rollout_timeout_s,
+            options=options,
             on_result=_forward_rollouts(hooks.on_rollout),
             stats=stats,
         )
-        n_rollouts = sum(b.num_envs for b in builders_P)
         metrics["time/sample"] = time.perf_counter() - t_sample
         metrics["rollouts/per_s"] = n_rollouts / max(metrics["time/sample"], 1e-9)
         metrics["rollouts/store_calls_per_rollout"] = stats.store_calls / max(n_rollouts, 1)
-        metrics.update(compute_trajectory_metrics(groups_P, [b.logging_tags() for b in builders_P]))
+        metrics.update(parts.assembler.batch_metrics(groups_P, task_groups_P))
 
         t_train = time.perf_counter()
         if groups_P:
-            _data, train_metrics = await train_step(parts.trainer, cfg, groups_P, reference)
+            _data, train_metrics = await train_step(parts.trainer, parts.data, settings, groups_P, reference)
             metrics.update(train_metrics)
-            parts.endpoint.set_sampler(await parts.trainer.sampler(f"batch-{i_batch + 1:06d}"))
+            parts.server.set_sampler(await parts.trainer.sampler(f"batch-{i_batch + 1:06d}"))
         else:
             log(f"batch {i_batch}: no trainable group, weights unchanged")
         metrics["time/train"] = time.perf_counter() - t_train
 
         done = i_batch + 1
-        if cfg.save_every > 0 and done % cfg.save_every == 0 and done < n_batches:
-            await save_checkpoint(parts.trainer, cfg.log_path, f"{done:06d}", done)
+        if settings.save_every > 0 and done % settings.save_every == 0 and done < n_batches:
+            await save_checkpoint(parts.trainer, parts.checkpoints, f"{done:06d}", done)
         metrics["time/total"] = time.perf_counter() - t_start
-        ml_logger.log_metrics(metrics, step=i_batch)
+        parts.metrics.log_metrics(metrics, step=i_batch)
         if hooks.on_batch_end:
             hooks.on_batch_end(i_batch, metrics)
 
     if start < n_batches:
-        summary.final_checkpoint = await save_checkpoint(parts.trainer, cfg.log_path, "final", n_batches, final=True)
+        summary.final_checkpoint = await save_checkpoint(
+            parts.trainer, parts.checkpoints, "final", n_batches, final=True
+        )
     already_evaluated = bool(summary.evals) and summary.evals[-1][0] == n_batches
-    if cfg.eval_every > 0 and not already_evaluated and (start < n_batches or not summary.evals):
-        resources = await parts.store.add_resources({"main_llm": parts.endpoint.as_resource()})
+    if settings.eval_every > 0 and not already_evaluated and (start < n_batches or not summary.evals):
+        resources_id = await parts.store.add_resources({"main_llm": parts.server.as_resource()})
         final: dict[str, float] = {}
-        await _evaluate_and_record(parts, resources.resources_id, n_batches, final, summary, hooks)
+        await _evaluate_and_record(parts, resources_id, n_batches, final, summary, hooks)
         if final:
-            ml_logger.log_metrics(final, step=n_batches)
+            parts.metrics.log_metrics(final, step=n_batches)
     return summary
 
 
@@ -306,24 +308,25 @@ async def _scorer(trainer: Trainer) -> LogprobScorer:
     return sampler
 
 
-async def _save_reference(trainer: Trainer, log_path: str | Path) -> LogprobScorer:
+async def _save_reference(parts: TrainingParts[TaskGroupT, MemberT, GroupT, SpanT]) -> LogprobScorer:
     """The KL reference is the policy RL starts from (after the warm start); kept for resuming."""
-    state_path = await trainer.save_state("kl-reference")
-    (Path(log_path) / REFERENCE_FILE).write_text(json.dumps({"state_path": state_path}))
-    return await _scorer(trainer)
+    parts.checkpoints.set_reference_state(await parts.trainer.save_state("kl-reference"))
+    return await _scorer(parts.trainer)
 
 
-async def _load_reference(trainer: Trainer, log_path: str | Path, log: Callable[[str], None]) -> LogprobScorer:
-    file = Path(log_path) / REFERENCE_FILE
-    if file.is_file():
-        await trainer.load_state(json.loads(file.read_text())["state_path"])
+async def _load_reference(
+    parts: TrainingParts[TaskGroupT, MemberT, GroupT, SpanT], log: Callable[[str], None]
+) -> LogprobScorer:
+    state_path = parts.checkpoints.reference_state()
+    if state_path is not None:
+        await parts.trainer.load_state(state_path)
     else:
-        log(f"no {REFERENCE_FILE} in {log_path}: the KL reference is the resumed policy")
-    return await _scorer(trainer)
+        log(f"no KL reference recorded in {parts.settings.log_path}: the KL reference is the resumed policy")
+    return await _scorer(parts.trainer)
 
 
-def _reached(cfg: TrainConfig, summary: TrainingSummary) -> bool:
-    return cfg.target_test_reward is not None and (summary.reward_after or 0.0) >= cfg.target_test_reward
+def _reached(settings: TrainingSettings, summary: TrainingSummary) -> bool:
+    return settings.target_test_reward is not None and (summary.reward_after or 0.0) >= settings.target_test_reward
 
 
 def _forward_rollouts(callback: Callable[[RolloutResult], None] | None) -> Callable[[int, RolloutResult], None] | None:
@@ -333,7 +336,7 @@ def _forward_rollouts(callback: Callable[[RolloutResult], None] | None) -> Calla
 
 
 async def _evaluate_and_record(
-    parts: TrainingParts,
+    parts: TrainingParts[TaskGroupT, MemberT, GroupT, SpanT],
     resources_id: str,
     i_batch: int,
     metrics: dict[str, float],
@@ -346,7 +349,7 @@ async def _evaluate_and_record(
         return
     metrics.update(eval_metrics)
     metrics["time/eval"] = time.perf_counter() - t_eval
-    reward = eval_metrics.get(f"test/{REWARD_KEY}")
+    reward = eval_metrics.get(TEST_PREFIX + REWARD_KEY)
     if reward is not None:
         summary.evals.append((i_batch, float(reward)))
     if hooks.on_eval:

@@ -34,10 +34,11 @@ from tinker_cookbook.renderers import Renderer, get_renderer
 from tinker_cookbook.rl.types import Trajectory, TrajectoryGroup, Transition
 from tinker_cookbook.tokenizer_utils import get_tokenizer
 
+from adapters.cookbook_training import CookbookTrainingData, supervised_datum
 from adapters.local import LocalSampler, LocalTrainer
 from app.config import TrainConfig, load_config
 from app.demo_task import DigitTask, digit_reward, user_message
-from app.launch import build_datasets, local_model_dir, train, warm_start_chats
+from app.launch import build_datasets, local_model_dir, train, training_settings, warm_start_chats
 from app.training import train_step, warm_start
 from ports.policy import SamplingParams
 
@@ -97,7 +98,9 @@ async def direct(config: TrainConfig) -> Outcome:
         return sum(r[0][2] for r in rewards) / len(rewards)
 
     started = time.perf_counter()
-    await warm_start(trainer, renderer, warm_start_chats(config), config.warm_start, lambda _m: None)
+    settings = training_settings(config)
+    warm_data = [supervised_datum(chat, renderer) for chat in warm_start_chats(config)]
+    await warm_start(trainer, warm_data, settings.warm_start, lambda _m: None)
     sampler = await trainer.sampler("direct-0")
     reference = sampler if config.kl_penalty_coef > 0 else None
     before = after = await evaluate(sampler)
@@ -124,7 +127,7 @@ async def direct(config: TrainConfig) -> Outcome:
             )
             for group in samples
         ]
-        await train_step(trainer, config, groups, reference)
+        await train_step(trainer, CookbookTrainingData(), settings, groups, reference)
         sampler = await trainer.sampler(f"direct-{i_batch + 1}")
         done = i_batch + 1
     else:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 
 class LossName(StrEnum):
@@ -94,6 +94,15 @@ class Sampler(Protocol):
     async def sample(
         self, prompt_tokens: Sequence[int], params: SamplingParams, num_samples: int = 1
     ) -> Sequence[SampledSequence]: ...
+
+
+@runtime_checkable
+class LogprobScorer(Protocol):
+    """A frozen policy that scores a token sequence (the KL reference)."""
+
+    async def compute_logprobs(self, tokens: Sequence[int]) -> list[float | None]:
+        """The logprob of each token given the ones before it (``None`` for the first)."""
+        ...
 
 
 class Trainer(Protocol):

@@ -40,7 +40,11 @@ class RolloutRequest:
 
 
 class RolloutStore(Protocol[SpanT_co]):
-    """Queue of rollouts that runners elsewhere execute and trace."""
+    """Queue of rollouts that runners elsewhere execute and trace, and the resources they use."""
+
+    async def add_resources(self, resources: Mapping[str, object]) -> str:
+        """Publish resources (e.g. the policy endpoint) for the next rollouts; returns their id."""
+        ...
 
     async def enqueue_many(self, requests: Sequence[RolloutRequest], retry: RetryPolicy) -> Sequence[str]:
         """Enqueue in order and return the new rollout ids in the same order."""

@@ -25,10 +25,10 @@ from tinker_cookbook.tokenizer_utils import get_tokenizer
 
 from adapters.agl_runners import run_runner
 from adapters.endpoint import EndpointConfig, PolicyEndpoint
-from adapters.endpoint_provider import SamplingDefaults
 from adapters.local import build_tiny_model
 from app.compat import AGLDataset, AGLTestSetEvaluator, do_group_of_group_rollouts
 from domain.groups import RolloutResult
+from domain.sampling import SamplingDefaults
 from ports.policy import SampledSequence, SamplingParams, StopReason
 from tests.integration.agents import answer_agent
 

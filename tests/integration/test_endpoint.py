@@ -18,8 +18,8 @@ from tinker_cookbook.tokenizer_utils import get_tokenizer
 
 from adapters.agl_runners import run_runner
 from adapters.endpoint import EndpointConfig, MasterKeyRequired, PolicyEndpoint
-from adapters.endpoint_provider import SamplingDefaults
 from adapters.local import LocalSampler, build_tiny_model
+from domain.sampling import SamplingDefaults
 from ports.policy import SampledSequence, SamplingParams, StopReason
 
 pytestmark = pytest.mark.slow

@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
+from adapters.run_log import CHECKPOINTS_FILE, METRICS_FILE
 from app.config import TrainConfig, load_config
 from app.launch import free_port, train
-from app.training import CHECKPOINTS_FILE, METRICS_FILE, REWARD_KEY, TrainingHooks
+from app.training import REWARD_KEY, TrainingHooks
 
 pytestmark = pytest.mark.slow
 
@@ -164,25 +165,28 @@ async def test_distributed_training_with_the_store_and_runners_in_other_processe
 async def test_one_train_step_moves_the_next_samplers_logprobs_with_the_advantages(tmp_path: Path) -> None:
     """Sample through the endpoint in real agent rollouts, train on the reconstructed datums, and check
     that the weights the endpoint serves next prefer the above-average replies."""
-    from app.compat import do_group_of_group_rollouts
+    from app.group_rollouts import GroupRolloutOptions, rollout_groups
     from app.launch import open_run
+    from app.rollouts import RolloutOptions
     from app.training import train_step, warm_start
 
     # A small step (lr 1e-3) stays in the first-order regime, where the direction is certain; 4 x 16
     # rollouts make a group without any "7" (no mixed group) very unlikely.
     cfg = config(tmp_path, kl_penalty_coef=0, batch_size=4, group_size=16, learning_rate=1e-3)
-    async with open_run(cfg) as parts:
-        await warm_start(parts.trainer, parts.renderer, parts.warm_start_chats, cfg.warm_start)
+    async with open_run(cfg) as run:
+        parts = run.parts
+        await warm_start(parts.trainer, parts.warm_start_data, parts.settings.warm_start)
         old = await parts.trainer.sampler("before")
-        parts.endpoint.set_sampler(old)
-        resources = await parts.store.add_resources({"main_llm": parts.endpoint.as_resource()})
-        groups = await do_group_of_group_rollouts(
-            parts.dataset.get_batch(0), resources.resources_id, 0, store=parts.store, adapter=parts.adapter,
-            mode="train", rollout_timeout_s=60,
+        parts.server.set_sampler(old)
+        resources_id = await parts.store.add_resources({"main_llm": parts.server.as_resource()})
+        groups = await rollout_groups(
+            parts.dataset.get_batch(0), resources_id, 0, store=parts.store, triplets=parts.triplets,
+            assembler=parts.assembler, mode="train",
+            options=GroupRolloutOptions(rollouts=RolloutOptions(rollout_timeout_s=60)),
         )  # fmt: skip
-        data, _metrics = await train_step(parts.trainer, cfg, groups)
+        data, _metrics = await train_step(parts.trainer, parts.data, parts.settings, groups)
         new = await parts.trainer.sampler("after")
-        version = parts.endpoint.set_sampler(new)
+        version = parts.server.set_sampler(new)
 
         moved: list[tuple[float, float]] = []
         for datum in data:

@@ -12,13 +12,15 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = {"agentlightning", "tinker", "tinker_cookbook", "torch", "litellm", "transformers", "openai", "httpx"}
 IO = {"socket", "subprocess", "urllib", "http", "requests", "asyncio", "os", "pathlib", "shutil", "sqlite3"}
-COMPOSITION_ROOTS = {
-    "app/compat.py",
-    "app/console.py",
-    "app/demo_agent.py",
-    "app/launch.py",
-    "app/training.py",
+USE_CASES = {"app/rollouts.py", "app/group_rollouts.py", "app/evaluation.py", "app/training.py"}
+"""The application's use cases: they run on ports and domain data only."""
+FACES_AND_ROOTS = {
+    "app/compat.py",  # the seed-compatible face
+    "app/console.py",  # the CLI's terminal side
+    "app/demo_agent.py",  # an agent, written as users write them
+    "app/launch.py",  # the composition root
 }
+"""The only app modules that may touch the libraries and the adapters."""
 
 
 def imported_roots(path: Path) -> set[str]:
@@ -52,10 +54,35 @@ def test_ports_import_only_domain(path: Path) -> None:
 
 
 @pytest.mark.parametrize("path", modules("app"), ids=lambda p: p.name)
-def test_app_use_cases_reach_libraries_only_through_adapters(path: Path) -> None:
-    if str(path.relative_to(ROOT)) in COMPOSITION_ROOTS:
+def test_app_modules_reach_libraries_only_through_adapters(path: Path) -> None:
+    if str(path.relative_to(ROOT)) in FACES_AND_ROOTS:
         return
     assert not imported_roots(path) & HEAVY
+    assert "adapters" not in imported_roots(path)
+
+
+@pytest.mark.parametrize("name", sorted(USE_CASES))
+def test_use_cases_import_only_domain_ports_other_use_cases_and_the_standard_library(name: str) -> None:
+    path = ROOT / name
+    assert path.is_file(), f"{name} is listed as a use case but does not exist"
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        else:
+            continue
+        for module in names:
+            root = module.split(".")[0]
+            use_case = module.replace(".", "/") + ".py" in USE_CASES
+            assert root in sys.stdlib_module_names or root in {"domain", "ports"} or use_case, (
+                f"{name} imports {module}"
+            )
+
+
+def test_every_listed_face_or_root_exists() -> None:
+    assert all((ROOT / name).is_file() for name in FACES_AND_ROOTS)
 
 
 @pytest.mark.parametrize("path", modules("adapters"), ids=lambda p: p.name)

@@ -1,0 +1,45 @@
+"""Where a run leaves its trace on disk: checkpoint records, the KL reference, and metrics.
+
+Checkpoint records follow tinker-cookbook's ``checkpoints.jsonl``; metrics its ``ml_log`` loggers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """A resumable point: ``batch`` batches are done and ``state_path`` holds weights and optimizer."""
+
+    name: str
+    batch: int
+    state_path: str
+    final: bool = False
+    """Written at the end of a run (or at its early stop): resuming it trains nothing."""
+
+
+class CheckpointLog(Protocol):
+    """The run's checkpoint records, newest last."""
+
+    def last(self) -> Checkpoint | None:
+        """The newest resumable record, if any."""
+        ...
+
+    def append(self, checkpoint: Checkpoint) -> None:
+        """Record a checkpoint whose state is already saved (so a crash mid-save leaves no record)."""
+        ...
+
+    def reference_state(self) -> str | None:
+        """The saved state of the KL reference policy, if the run recorded one."""
+        ...
+
+    def set_reference_state(self, state_path: str) -> None: ...
+
+
+class MetricsLog(Protocol):
+    """One line of metrics per step."""
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None: ...
