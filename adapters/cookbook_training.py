@@ -47,7 +47,9 @@ async def rl_training_data(
         return [], {}
     advantages_P = compute_advantages(groups)
     data_D, _metadata = assemble_training_data(groups, advantages_P)
-    metrics: dict[str, float] = {}
+    n_trajectories = sum(len(g.trajectories_G) for g in groups)
+    # 1.0 when every multi-turn trajectory merged into one datum; more when prefixes broke.
+    metrics: dict[str, float] = {"reconstruct/merge_ratio": len(data_D) / max(n_trajectories, 1)}
     if kl is not None and kl.coef > 0 and data_D:
         if reference is None:
             raise ValueError("a KL penalty needs a reference policy")

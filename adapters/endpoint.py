@@ -1,7 +1,10 @@
 """The agent-facing endpoint: an OpenAI-compatible chat API served by Agent-lightning's LLMProxy.
 
-Agents call ``llm.endpoint`` with any OpenAI client; the proxy attributes each call to its
-rollout and the provider (``adapters.endpoint_provider``) samples from the current policy.
+Agents call ``llm.endpoint`` with any OpenAI-compatible client (streaming too: the proxy's
+middleware serves a stream from one completion); the proxy attributes each call to its rollout
+and the provider (``adapters.endpoint_provider``) samples from the current policy, extends the
+rollout's earlier turns token for token, and records every completion it served in the store
+(``adapters.endpoint_capture``).
 After each train step ``set_sampler`` swaps the weights for the next request, so the proxy,
 its port and the running agents never restart.
 """
@@ -108,6 +111,7 @@ class PolicyEndpoint:
             renderer,
             PolicySnapshot(sampler=sampler, defaults=self._config.defaults, version=0),
             request_timeout_s=self._config.request_timeout_s,
+            recorder=store.add_span,
         )
         self._proxy: LLMProxy | None = None
 
@@ -136,6 +140,10 @@ class PolicyEndpoint:
     def set_sampler(self, sampler: Sampler) -> int:
         """Serve new weights from the next request on; in-flight requests finish on the old ones."""
         return self._provider.set_sampler(sampler)
+
+    def take_metrics(self) -> dict[str, float]:
+        """Counts since the last call: completions recorded per rollout, and how each turn's prompt was built."""
+        return {f"endpoint/{k}": float(v) for k, v in self._provider.take_counters().items()}
 
     def set_sampling_defaults(self, defaults: SamplingDefaults) -> SamplingDefaults:
         """Replace the defaults (e.g. a greedy eval); returns the previous ones to restore later."""

@@ -14,13 +14,17 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import threading
+import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar, cast
 
 import litellm
+from agentlightning import Span
 from litellm.exceptions import BadRequestError, Timeout
 from litellm.llms.custom_llm import CustomLLM
 from litellm.types.llms.custom_llm import CustomLLMItem
@@ -34,13 +38,24 @@ from litellm.types.utils import (
     Usage,
 )
 from litellm.utils import custom_llm_setup
+from returns.result import Failure, Success
 from tinker_cookbook import renderers
 from tinker_cookbook.third_party.openai_compat import openai_messages_to_tinker, openai_tools_to_tinker
 
+from adapters.endpoint_capture import (
+    RolloutCall,
+    ServedTurns,
+    completion_span,
+    normal_message,
+    rollout_call,
+    tools_key,
+)
+from domain.multiturn import NormalMessage, ServedTurn, TurnMatch, match_served_turn, splice_prompt
 from domain.sampling import SamplingDefaults, check_temperature, check_top_k, check_top_p
 from ports.policy import SampledSequence, Sampler, SamplingParams, StopReason
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 MAX_STOP_STRINGS = 4
 """OpenAI's limit on ``stop`` entries in one request."""
@@ -249,7 +264,9 @@ class PolicyProvider(CustomLLM):
         snapshot: PolicySnapshot,
         bridge: LoopBridge | None = None,
         request_timeout_s: float = 300.0,
+        recorder: Callable[[Span], Coroutine[object, object, object]] | None = None,
     ) -> None:
+        """``recorder`` stores each completion record (``LightningStore.add_span``), on the owner loop."""
         super().__init__()
         self._renderer = renderer
         self._renderer_stops = renderer.get_stop_sequences()
@@ -257,6 +274,10 @@ class PolicyProvider(CustomLLM):
         self._bridge = bridge
         self._request_timeout_s = request_timeout_s
         self._lock = threading.Lock()
+        self._recorder = recorder
+        self._served = ServedTurns()
+        self._end_of_turn = frozenset(s for s in self._renderer_stops if isinstance(s, int))
+        self._counters: Counter[str] = Counter()
 
     @property
     def snapshot(self) -> PolicySnapshot:
@@ -289,36 +310,125 @@ class PolicyProvider(CustomLLM):
             if not (item["provider"] == provider_name and item["custom_handler"] is self)
         ]
 
+    def take_counters(self) -> dict[str, int]:
+        """Counts of attribution and multi-turn outcomes since the last call."""
+        with self._lock:
+            counters, self._counters = dict(self._counters), Counter()
+        return counters
+
+    def _count(self, key: str) -> None:
+        with self._lock:
+            self._counters[key] += 1
+
     async def acompletion(self, *args: object, **kwargs: object) -> ModelResponse:
         """LiteLLM's entry point for ``/v1/chat/completions``."""
+        started = time.time()
         model = str(kwargs.get("model", ""))
         snapshot = self._snapshot
         optional_params = cast(Mapping[str, object], kwargs.get("optional_params") or {})
         messages = cast(Sequence[Mapping[str, object]], kwargs.get("messages") or [])
+        call = rollout_call(kwargs.get("litellm_params"))
         try:
             request = sampling_request(optional_params, snapshot.defaults, self._renderer_stops)
-            tokens_P = prompt_tokens(self._renderer, messages, optional_params.get("tools"))
+            tools = optional_params.get("tools")
+            normal_G = tuple(normal_message(m) for m in messages)
+            tokens_P, prefix = self._prompt(call, messages, normal_G, tools)
         except (ValueError, KeyError, TypeError) as error:
             raise BadRequestError(message=str(error), model=model, llm_provider="agl-tinker") from error
         sampler = snapshot.sampler
         if sampler is None:
             raise BadRequestError(message="no policy sampler is set yet", model=model, llm_provider="agl-tinker")
 
-        def call() -> Coroutine[object, object, Sequence[SampledSequence]]:
+        def call_sampler() -> Coroutine[object, object, Sequence[SampledSequence]]:
             return _sample(sampler, tokens_P, request)
 
+        sequences = await self._on_owner_loop(call_sampler, model)
+        response = model_response(self._renderer, model, tokens_P, sequences, f"policy-v{snapshot.version}")
+        if call is None:
+            self._count("capture/unattributed")
+            return response
+        first = sequences[0]
+        reply = response.choices[0]
+        self._served.add(
+            call,
+            ServedTurn(
+                messages=normal_G,
+                tools=tools_key(tools),
+                prompt=tuple(tokens_P),
+                sampled=tuple(first.tokens),
+                reply=normal_message(cast(Mapping[str, object], reply.message.model_dump())),
+            ),
+        )
+        self._count(f"prefix/{prefix}")
+        span = completion_span(
+            call,
+            model=model,
+            prompt=tokens_P,
+            sampled=first.tokens,
+            logprobs=first.logprobs,
+            finish_reason=str(reply.finish_reason),
+            policy_version=snapshot.version,
+            prefix=prefix,
+            start_time=started,
+        )
+        await self._record(span, model)
+        return response
+
+    def _prompt(
+        self,
+        call: RolloutCall | None,
+        messages: Sequence[Mapping[str, object]],
+        normal_G: tuple[NormalMessage, ...],
+        tools: object,
+    ) -> tuple[list[int], str]:
+        """The prompt tokens: extending the rollout's served turn token for token when the history allows."""
+        full = prompt_tokens(self._renderer, messages, tools)
+        if call is None:
+            return full, "unattributed"
+        match match_served_turn(normal_G, tools_key(tools), self._served.of(call)):
+            case Success(None):
+                return full, "first_turn"
+            case Success(TurnMatch() as found):
+                prefix = prompt_tokens(self._renderer, messages[: found.n_prefix_messages], tools)
+                match splice_prompt(found.turn, prefix, full, self._end_of_turn):
+                    case Success(spliced):
+                        return list(spliced), "extended"
+                    case Failure(reason):
+                        return full, f"broken/{reason.value}"
+            case Failure(reason):
+                return full, f"broken/{reason.value}"
+        raise AssertionError("unreachable")
+
+    async def _on_owner_loop(
+        self, make: Callable[[], Coroutine[object, object, T]], model: str
+    ) -> T:
         try:
             if self._bridge is None:
-                sequences = await asyncio.wait_for(call(), self._request_timeout_s)
-            else:
-                sequences = await self._bridge.run(call, self._request_timeout_s)
+                return await asyncio.wait_for(make(), self._request_timeout_s)
+            return await self._bridge.run(make, self._request_timeout_s)
         except TimeoutError as error:
             raise Timeout(
                 message=f"sampling took longer than {self._request_timeout_s} s",
                 model=model,
                 llm_provider="agl-tinker",
             ) from error
-        return model_response(self._renderer, model, tokens_P, sequences, f"policy-v{snapshot.version}")
+
+    async def _record(self, span: Span, model: str) -> None:
+        """Store the completion record before the agent sees the reply; a failure is counted, not raised."""
+        recorder = self._recorder
+        if recorder is None:
+            return
+
+        def write() -> Coroutine[object, object, object]:
+            return recorder(span)
+
+        try:
+            await self._on_owner_loop(write, model)
+        except Exception as error:  # the store's own errors vary by backend; the reply must still go out
+            self._count("capture/failed")
+            logger.warning("could not record the completion of rollout %s: %s", span.rollout_id, error)
+        else:
+            self._count("capture/recorded")
 
 
 async def _sample(sampler: Sampler, tokens_P: Sequence[int], request: SamplingRequest) -> Sequence[SampledSequence]:

@@ -25,6 +25,10 @@ class PolicyServer(Protocol):
         """Change only the default temperature; returns the previous defaults."""
         ...
 
+    def take_metrics(self) -> dict[str, float]:
+        """The endpoint's counters since the last call (e.g. how multi-turn prompts were built)."""
+        ...
+
     def as_resource(self) -> object:
         """The LLM resource agents read the endpoint from (opaque to the use cases)."""
         ...

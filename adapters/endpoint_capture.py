@@ -1,0 +1,147 @@
+"""What the policy endpoint records about each completion it serves to a rollout.
+
+The endpoint knows exactly which tokens it rendered and sampled, so it is the source of truth
+for training: each completion served under a rollout's URL (``.../rollout/<id>/attempt/<id>/v1``,
+which Agent-lightning's ``LLMProxy`` turns into ``x-rollout-id``/``x-attempt-id``/``x-sequence-id``
+headers) becomes an ``agl_tinker.completion`` span in the store, with the prompt and sampled token
+ids, logprobs, policy version and finish reason. It is written before the agent gets the reply, so
+it is in the store before the rollout can finish. ``adapters.endpoint_triplets`` reads them back.
+
+The served turns of each rollout are also kept here (bounded) so the next turn's prompt can
+extend them token for token (``domain.multiturn``).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from agentlightning import Span
+
+from domain.multiturn import NormalMessage, ServedTurn
+
+COMPLETION_SPAN = "agl_tinker.completion"
+PROMPT_IDS = "agl_tinker.prompt_token_ids"
+RESPONSE_IDS = "agl_tinker.response_token_ids"
+LOGPROBS = "agl_tinker.logprobs"
+POLICY_VERSION = "agl_tinker.policy_version"
+FINISH_REASON = "agl_tinker.finish_reason"
+MODEL = "agl_tinker.model"
+PREFIX = "agl_tinker.prefix"
+"""``first_turn``, ``extended`` (token-in-token-out) or ``broken:<PrefixBreak>``."""
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutCall:
+    """Which rollout attempt a request belongs to, and its place in the attempt's span order."""
+
+    rollout_id: str
+    attempt_id: str
+    sequence_id: int
+
+
+def rollout_call(litellm_params: object) -> RolloutCall | None:
+    """The rollout headers the proxy's middleware injected, or ``None`` for a call outside a rollout."""
+    if not isinstance(litellm_params, Mapping):
+        return None
+    metadata = litellm_params.get("metadata")
+    headers = metadata.get("headers") if isinstance(metadata, Mapping) else None
+    if not isinstance(headers, Mapping):
+        return None
+    rollout_id, attempt_id = headers.get("x-rollout-id"), headers.get("x-attempt-id")
+    sequence = headers.get("x-sequence-id")
+    if not (isinstance(rollout_id, str) and isinstance(attempt_id, str) and isinstance(sequence, str)):
+        return None
+    if not (rollout_id and attempt_id and sequence.isdigit()):
+        return None
+    return RolloutCall(rollout_id=rollout_id, attempt_id=attempt_id, sequence_id=int(sequence))
+
+
+def _text(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # OpenAI content parts
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
+    return ""
+
+
+def normal_message(message: Mapping[str, object]) -> NormalMessage:
+    """The parts of an OpenAI chat message that rendering depends on."""
+    calls: list[tuple[str, str]] = []
+    raw_calls = message.get("tool_calls")
+    if isinstance(raw_calls, list):
+        for call in raw_calls:
+            function = call.get("function") if isinstance(call, Mapping) else None
+            if isinstance(function, Mapping):
+                calls.append((str(function.get("name", "")), str(function.get("arguments", ""))))
+    tool_call_id = message.get("tool_call_id")
+    return NormalMessage(
+        role=str(message.get("role", "")),
+        text=_text(message.get("content")),
+        tool_calls=tuple(calls),
+        tool_call_id=tool_call_id if isinstance(tool_call_id, str) else "",
+    )
+
+
+def tools_key(tools: object) -> str:
+    """A canonical text of the request's tool declarations ("" without tools)."""
+    if not tools:
+        return ""
+    return json.dumps(tools, sort_keys=True, default=str)
+
+
+class ServedTurns:
+    """The turns served per rollout attempt, for the most recent ``max_attempts`` attempts."""
+
+    def __init__(self, max_attempts: int = 4096) -> None:
+        self._turns: OrderedDict[tuple[str, str], list[ServedTurn]] = OrderedDict()
+        self._max = max_attempts
+        self._lock = threading.Lock()
+
+    def of(self, call: RolloutCall) -> tuple[ServedTurn, ...]:
+        with self._lock:
+            return tuple(self._turns.get((call.rollout_id, call.attempt_id), ()))
+
+    def add(self, call: RolloutCall, turn: ServedTurn) -> None:
+        key = (call.rollout_id, call.attempt_id)
+        with self._lock:
+            self._turns.setdefault(key, []).append(turn)
+            self._turns.move_to_end(key)
+            while len(self._turns) > self._max:
+                self._turns.popitem(last=False)
+
+
+def completion_span(
+    call: RolloutCall,
+    *,
+    model: str,
+    prompt: Sequence[int],
+    sampled: Sequence[int],
+    logprobs: Sequence[float],
+    finish_reason: str,
+    policy_version: int,
+    prefix: str,
+    start_time: float,
+) -> Span:
+    """The store record of one served completion (choice 0: the one the agent continues with)."""
+    return Span.from_attributes(
+        attributes={
+            PROMPT_IDS: list(prompt),
+            RESPONSE_IDS: list(sampled),
+            LOGPROBS: list(logprobs),
+            FINISH_REASON: finish_reason,
+            POLICY_VERSION: policy_version,
+            MODEL: model,
+            PREFIX: prefix,
+        },
+        rollout_id=call.rollout_id,
+        attempt_id=call.attempt_id,
+        sequence_id=call.sequence_id,
+        name=COMPLETION_SPAN,
+        start_time=start_time,
+        end_time=time.time(),
+    )

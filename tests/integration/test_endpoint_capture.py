@@ -1,0 +1,261 @@
+"""Capture at the endpoint: whatever client an agent uses, the trajectory holds exactly what the
+policy saw and sampled; multi-turn histories extend token for token; other LLMs are never trained.
+
+Agents run in a real ``LitAgentRunner`` against the real ``LLMProxy`` endpoint, the store and the
+tracer; a scripted sampler replies with non-canonical (character-level) tokens, so any
+re-tokenisation of a reply would show.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, cast
+
+import agentlightning as agl
+import pytest
+from agentlightning.execution import ThreadingEvent
+from tinker_cookbook import renderers
+from tinker_cookbook.renderers import get_renderer
+from tinker_cookbook.tokenizer_utils import get_tokenizer
+
+from adapters.agl_runners import run_runner
+from adapters.agl_store import AglTripletSource
+from adapters.cookbook_training import CookbookTrainingData
+from adapters.cookbook_types import to_trajectory_group
+from adapters.endpoint import EndpointConfig, PolicyEndpoint
+from adapters.endpoint_triplets import EndpointTraceToTriplet
+from adapters.local import build_tiny_model
+from domain.sampling import SamplingDefaults
+from domain.trajectory import ReconstructedTrajectory, reconstruct_trajectory
+from ports.policy import SampledSequence, SamplingParams, StopReason
+from ports.training_data import KLPenalty
+from tests.integration import capture_agents
+
+pytestmark = pytest.mark.slow
+
+QUESTION = "Guess my number."
+
+
+@pytest.fixture(scope="module")
+def renderer(tmp_path_factory: pytest.TempPathFactory) -> renderers.Renderer:
+    model_dir = build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+    return get_renderer("qwen3_instruct", get_tokenizer(str(model_dir)))
+
+
+class CharSampler:
+    """Replies ``replies[i]`` on its i-th call, one token per character (never the canonical tokens)."""
+
+    def __init__(self, renderer: renderers.Renderer, replies: Sequence[str]) -> None:
+        tokenizer = renderer.tokenizer
+        self.im_end = cast(int, tokenizer.convert_tokens_to_ids("<|im_end|>"))
+        self.replies = [
+            (*(t for ch in reply for t in tokenizer.encode(ch, add_special_tokens=False)), self.im_end)
+            for reply in replies
+        ]
+        self.prompts: list[tuple[int, ...]] = []
+        self.outputs: list[SampledSequence] = []
+
+    async def sample(
+        self, prompt_tokens: Sequence[int], params: SamplingParams, num_samples: int = 1
+    ) -> Sequence[SampledSequence]:
+        await asyncio.sleep(0)
+        tokens = self.replies[len(self.prompts) % len(self.replies)]
+        self.prompts.append(tuple(prompt_tokens))
+        sequence = SampledSequence(tokens, tuple(-0.01 * (i + 1) for i in range(len(tokens))), StopReason.STOP)
+        self.outputs.append(sequence)
+        return [sequence] * num_samples
+
+
+@pytest.fixture
+async def store() -> agl.InMemoryLightningStore:
+    return agl.InMemoryLightningStore(thread_safe=True)
+
+
+@pytest.fixture
+async def endpoint(store: agl.InMemoryLightningStore, renderer: renderers.Renderer) -> AsyncIterator[PolicyEndpoint]:
+    async with PolicyEndpoint(store, renderer, EndpointConfig(defaults=SamplingDefaults(max_tokens=32))) as ep:
+        await store.add_resources({"main_llm": ep.as_resource()})
+        yield ep
+
+
+@pytest.fixture(scope="module")
+def helper_url() -> Iterator[str]:
+    """An untrained helper/judge on a vLLM-style server: it returns token ids beyond the policy's vocabulary."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length", 0)))
+            body = json.dumps(
+                {
+                    "id": "chatcmpl-helper",
+                    "object": "chat.completion",
+                    "created": int(time.time()),
+                    "model": "helper",
+                    "prompt_token_ids": [900_000, 900_001],
+                    "choices": [
+                        {
+                            "index": 0,
+                            "finish_reason": "stop",
+                            "message": {"role": "assistant", "content": "think of 4"},
+                            "token_ids": [999_999, 999_998],
+                            "logprobs": {"content": [{"token": "x", "logprob": -0.5, "top_logprobs": []}] * 2},
+                        }
+                    ],
+                    "usage": {"prompt_tokens": 2, "completion_tokens": 2, "total_tokens": 4},
+                }
+            ).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+
+
+async def run(
+    store: agl.InMemoryLightningStore, agent: agl.LitAgent[Any], tasks: Sequence[dict[str, Any]]
+) -> list[str]:
+    stop = ThreadingEvent()
+    runner = asyncio.create_task(run_runner(agent, store, stop, poll_interval_s=0.02))
+    try:
+        ids = [(await store.enqueue_rollout(input=task, mode="train")).rollout_id for task in tasks]
+        deadline = time.monotonic() + 60
+        while len(await store.wait_for_rollouts(rollout_ids=ids, timeout=0)) < len(ids):
+            assert time.monotonic() < deadline, "rollouts did not finish"
+            await asyncio.sleep(0.02)
+        for rollout_id in ids:
+            rollout = await store.get_rollout_by_id(rollout_id)
+            assert rollout is not None and rollout.status == "succeeded", rollout
+        return ids
+    finally:
+        stop.set()
+        await asyncio.wait_for(runner, 10)
+
+
+async def trajectory(store: agl.InMemoryLightningStore, rollout_id: str) -> ReconstructedTrajectory:
+    spans = await store.query_spans(rollout_id, "latest")
+    return reconstruct_trajectory(AglTripletSource(EndpointTraceToTriplet()).adapt(list(spans)))
+
+
+@pytest.mark.parametrize(
+    "agent",
+    [
+        capture_agents.openai_async_agent,
+        capture_agents.litellm_agent,
+        capture_agents.streaming_agent,
+        capture_agents.raw_http_agent,
+    ],
+    ids=["openai-async", "litellm", "openai-stream", "raw-http"],
+)
+async def test_any_client_yields_the_exact_prompt_sample_logprobs_and_reward(
+    store: agl.InMemoryLightningStore,
+    endpoint: PolicyEndpoint,
+    renderer: renderers.Renderer,
+    agent: agl.LitAgent[Any],
+) -> None:
+    sampler = CharSampler(renderer, ["I'm 42."])
+    endpoint.set_sampler(sampler)
+
+    (rollout_id,) = await run(store, agent, [{"question": QUESTION, "answer": "42"}])
+
+    result = await trajectory(store, rollout_id)
+    (transition,) = result.transitions
+    assert not result.rejections
+    assert transition.ob == sampler.prompts[0]
+    assert transition.ob == tuple(renderer.build_generation_prompt([{"role": "user", "content": QUESTION}]).to_ints())
+    assert transition.ac == sampler.outputs[0].tokens
+    assert transition.logprobs == sampler.outputs[0].logprobs
+    assert transition.reward == 1.0
+
+
+async def test_a_multi_turn_history_extends_token_for_token_and_merges_into_one_datum(
+    store: agl.InMemoryLightningStore, endpoint: PolicyEndpoint, renderer: renderers.Renderer
+) -> None:
+    sampler = CharSampler(renderer, ["I'm 3.", "I'm 5.", "I'm 42."])
+    canonical = renderer.tokenizer.encode("I'm 3.", add_special_tokens=False)
+    assert tuple(canonical) != sampler.replies[0][:-1], "the sampler must not produce canonical tokens"
+    endpoint.set_sampler(sampler)
+
+    ids = await run(store, capture_agents.multi_turn_agent, [{"question": QUESTION, "answer": "42"}] * 2)
+
+    for rollout_id in ids:
+        result = await trajectory(store, rollout_id)
+        assert len(result.transitions) == 3 and not result.rejections
+        for before, after in zip(result.transitions, result.transitions[1:], strict=False):
+            assert after.ob[: len(before.ob) + len(before.ac)] == before.ob + before.ac
+        assert [t.reward for t in result.transitions] == [0.0, 0.0, 1.0]
+    assert endpoint.take_metrics() == {
+        "endpoint/prefix/first_turn": 2.0,
+        "endpoint/prefix/extended": 4.0,
+        "endpoint/capture/recorded": 6.0,
+    }
+
+    # The cookbook merges each trajectory's three turns into one datum.
+    trajectories = [await trajectory(store, rollout_id) for rollout_id in ids]
+    group = to_trajectory_group(trajectories, [0.0, 0.0], [{}, {}], {})
+    data_D, _ = await CookbookTrainingData().rl_data([group], KLPenalty(), None)
+    assert len(data_D) == 2
+
+
+async def test_an_edited_history_is_rendered_from_text_and_counted(
+    store: agl.InMemoryLightningStore, endpoint: PolicyEndpoint, renderer: renderers.Renderer
+) -> None:
+    sampler = CharSampler(renderer, ["I'm 3."])
+    endpoint.set_sampler(sampler)
+
+    @agl.rollout
+    async def editing_agent(task: dict[str, Any], llm: agl.LLM) -> float:
+        import openai
+
+        client = openai.AsyncOpenAI(base_url=llm.endpoint, api_key="unused")
+        messages: list[Any] = [{"role": "user", "content": QUESTION}]
+        reply = await client.chat.completions.create(model=llm.model, messages=messages)
+        edited = (reply.choices[0].message.content or "") + " (edited)"
+        messages += [{"role": "assistant", "content": edited}, {"role": "user", "content": "Again."}]
+        await client.chat.completions.create(model=llm.model, messages=messages)
+        return 0.0
+
+    (rollout_id,) = await run(store, editing_agent, [{"question": QUESTION}])
+
+    result = await trajectory(store, rollout_id)
+    assert len(result.transitions) == 2
+    second_prompt = renderer.build_generation_prompt(
+        [
+            {"role": "user", "content": QUESTION},
+            {"role": "assistant", "content": "I'm 3. (edited)"},
+            {"role": "user", "content": "Again."},
+        ]
+    ).to_ints()
+    assert result.transitions[1].ob == tuple(second_prompt)
+    assert endpoint.take_metrics()["endpoint/prefix/broken/history_edited"] == 1.0
+
+
+async def test_helper_and_judge_calls_to_another_llm_are_never_trained(
+    store: agl.InMemoryLightningStore, endpoint: PolicyEndpoint, renderer: renderers.Renderer, helper_url: str
+) -> None:
+    sampler = CharSampler(renderer, ["I'm 42."])
+    endpoint.set_sampler(sampler)
+
+    (rollout_id,) = await run(
+        store, capture_agents.helper_agent, [{"question": QUESTION, "answer": "42", "helper_url": helper_url}]
+    )
+
+    result = await trajectory(store, rollout_id)
+    (transition,) = result.transitions
+    assert transition.ac == sampler.outputs[0].tokens
+    assert transition.reward == 1.0
+    vocab = len(renderer.tokenizer)
+    assert all(t < vocab for t in transition.ob + transition.ac)
