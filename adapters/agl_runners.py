@@ -14,12 +14,17 @@ import logging
 import multiprocessing
 import os
 import signal
+import sys
+import threading
+import time
 from collections.abc import Sequence
 from multiprocessing.process import BaseProcess
 from typing import Any, cast
 
-from agentlightning import AgentOpsTracer, LightningStore, LightningStoreClient, LitAgent, LitAgentRunner
+from agentlightning import AgentOpsTracer, LightningStore, LitAgent, LitAgentRunner
 from agentlightning.execution import MultiprocessingEvent, ThreadingEvent
+
+from adapters.store_auth import TokenStoreClient, export_spans_with_token
 
 logger = logging.getLogger(__name__)
 
@@ -27,10 +32,15 @@ DEFAULT_POLL_INTERVAL_S = 0.05
 
 
 def load_agent(reference: str) -> LitAgent[Any]:
-    """The agent named by ``"package.module:attribute"`` (what runner processes import)."""
+    """The agent named by ``"package.module:attribute"`` (what runner processes import).
+
+    The working directory is importable, as with ``python -m``: ``agent=my_agent:fn`` finds ``./my_agent.py``.
+    """
     module_name, sep, attribute = reference.partition(":")
     if not sep or not module_name or not attribute:
         raise ValueError(f"agent reference {reference!r} must look like 'package.module:attribute'")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
         agent = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as error:
@@ -72,17 +82,36 @@ async def run_runner(
         runner.teardown()
 
 
+def _exit_with_parent(parent_pid: int, interval_s: float = 0.5) -> None:
+    """Exit when the parent is gone (even after its kill -9): an orphan runner must not outlive its run."""
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(interval_s)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
 def _runner_process(
-    agent_reference: str, store_url: str, worker_id: int, poll_interval_s: float, stop: MultiprocessingEvent
+    agent_reference: str,
+    store_url: str,
+    worker_id: int,
+    poll_interval_s: float,
+    stop: MultiprocessingEvent,
+    token: str | None,
+    parent_pid: int,
 ) -> None:
+    _exit_with_parent(parent_pid)
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     os.environ.setdefault("TINKER_TELEMETRY", "0")
     os.environ.setdefault("AGENTOPS_LOG_LEVEL", "ERROR")  # no "Session Replay" line per rollout
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when runners stop
+    export_spans_with_token(token)
     agent = load_agent(agent_reference)
 
     async def serve() -> None:
-        store = LightningStoreClient(store_url)
+        store = TokenStoreClient(store_url, token)
         try:
             await run_runner(agent, store, stop, worker_id=worker_id, poll_interval_s=poll_interval_s)
         finally:
@@ -95,8 +124,15 @@ class RunnerProcesses:
     """``n`` runner processes attached to a store by URL (they stand in for other machines)."""
 
     def __init__(
-        self, agent_reference: str, store_url: str, n: int, *, poll_interval_s: float = DEFAULT_POLL_INTERVAL_S
+        self,
+        agent_reference: str,
+        store_url: str,
+        n: int,
+        *,
+        poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
+        token: str | None = None,
     ) -> None:
+        """``token``: the store's shared secret (``adapters.store_auth``), handed to the children in memory."""
         if n < 1:
             raise ValueError(f"need at least one runner, got {n}")
         load_agent(agent_reference)  # fail here, with a clear message, rather than in n children
@@ -105,7 +141,7 @@ class RunnerProcesses:
         self._processes: Sequence[BaseProcess] = [
             self._context.Process(
                 target=_runner_process,
-                args=(agent_reference, store_url, worker_id, poll_interval_s, self._stop),
+                args=(agent_reference, store_url, worker_id, poll_interval_s, self._stop, token, os.getpid()),
                 name=f"agl-runner-{worker_id}",
                 daemon=True,
             )

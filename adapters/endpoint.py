@@ -13,16 +13,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import io
 import ipaddress
 import logging
 import os
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from types import TracebackType
 
 from agentlightning import LLM, LightningStore, LLMProxy
 from agentlightning.utils.server_launcher import PythonServerLauncherArgs
 from litellm.proxy.shutdown.graceful_shutdown_manager import GracefulShutdownManager
+from starlette.middleware.base import BaseHTTPMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 from tinker_cookbook import renderers
 
 from adapters.endpoint_provider import LoopBridge, PolicyProvider, PolicySnapshot
@@ -75,6 +80,31 @@ class EndpointConfig:
     """Keep LiteLLM's start-up banner off stdout and the server's request logs below warnings."""
 
 
+_required_key_env: list[str] = []
+"""The environment variable holding the key the running endpoint requires (empty: none required)."""
+
+
+class MasterKeyAuth(BaseHTTPMiddleware):
+    """Answers 401 to a request without the endpoint's key, before LiteLLM (which answers 500/400).
+
+    LiteLLM serves one FastAPI app per process, so this is installed once and reads which key is
+    required, if any, from ``_required_key_env``; the key itself stays in the environment.
+    """
+
+    async def dispatch(self, request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        if not _required_key_env or request.url.path.startswith("/health/liveliness"):
+            return await call_next(request)
+        expected = os.environ.get(_required_key_env[0], "")
+        authorization = request.headers.get("authorization", "")
+        supplied = authorization.removeprefix("Bearer ").strip() or request.headers.get("x-api-key", "")
+        if not expected or not hmac.compare_digest(supplied.encode(), expected.encode()):
+            return JSONResponse(
+                {"error": {"message": "missing or wrong API key", "type": "authentication_error", "code": "401"}},
+                status_code=401,
+            )
+        return await call_next(request)
+
+
 def _litellm_config(config: EndpointConfig) -> dict[str, object]:
     """LiteLLM settings; the weak-key waiver is only ever granted on loopback."""
     if is_loopback(config.host):
@@ -86,7 +116,8 @@ def _litellm_config(config: EndpointConfig) -> dict[str, object]:
                 f"binding {config.host} exposes the policy beyond this machine: set {config.master_key_env} "
                 "to a master key (agents then pass it as their API key), or bind 127.0.0.1"
             )
-        general = {"master_key": key}
+        # A reference, not the key: LiteLLM's config goes to a temporary YAML file on disk.
+        general = {"master_key": f"os.environ/{config.master_key_env}"}
     return {"general_settings": general, "litellm_settings": {"drop_params": True}}
 
 
@@ -185,10 +216,12 @@ class PolicyEndpoint:
                 log_level=logging.WARNING if config.quiet else logging.INFO,
             ),
             callbacks=["return_token_ids"] if config.lean_spans else None,
+            middlewares=["rollout_attempt", "stream_conversion", MasterKeyAuth],
         )
         # A stopped proxy leaves LiteLLM's process-wide shutdown flag set, and the liveliness probe
         # of the next proxy in this process would then answer 503 until the startup timeout.
         GracefulShutdownManager.reset()
+        _required_key_env[:] = [] if is_loopback(config.host) else [config.master_key_env]
         try:
             with contextlib.redirect_stdout(io.StringIO()) if config.quiet else contextlib.nullcontext():
                 await proxy.start()
@@ -204,6 +237,7 @@ class PolicyEndpoint:
             await proxy.stop()
         self._provider.unregister(self._config.provider_name)
         self._provider.bind_loop(None)
+        _required_key_env.clear()
 
     def as_resource(self) -> LLM:
         """The resource to register (``store.add_resources({"main_llm": ...})``).

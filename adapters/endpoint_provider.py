@@ -145,6 +145,19 @@ def sampling_request(
     )
 
 
+CHAT_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+
+
+def check_messages(messages: object) -> None:
+    """Refuse what no renderer can turn into a prompt, naming the problem (the provider answers 400)."""
+    if not isinstance(messages, Sequence) or isinstance(messages, str) or not messages:
+        raise ValueError("messages must be a non-empty list of chat messages")
+    for index, message in enumerate(messages):
+        role = message.get("role") if isinstance(message, Mapping) else None
+        if role not in CHAT_ROLES:
+            raise ValueError(f"messages[{index}] has role {role!r}; expected one of {sorted(CHAT_ROLES)}")
+
+
 def prompt_tokens(renderer: renderers.Renderer, messages: Sequence[Mapping[str, object]], tools: object) -> list[int]:
     """Render OpenAI chat messages (and tool declarations) into the generation prompt's tokens."""
     conversation = openai_messages_to_tinker([dict(m) for m in messages])
@@ -329,10 +342,14 @@ class PolicyProvider(CustomLLM):
         messages = cast(Sequence[Mapping[str, object]], kwargs.get("messages") or [])
         call = rollout_call(kwargs.get("litellm_params"))
         try:
+            check_messages(messages)
             request = sampling_request(optional_params, snapshot.defaults, self._renderer_stops)
             tools = optional_params.get("tools")
             normal_G = tuple(normal_message(m) for m in messages)
             tokens_P, prefix = self._prompt(call, messages, normal_G, tools)
+            limit = snapshot.defaults.max_prompt_tokens
+            if limit is not None and len(tokens_P) > limit:
+                raise ValueError(f"the prompt has {len(tokens_P)} tokens; this policy serves at most {limit}")
         except (ValueError, KeyError, TypeError) as error:
             raise BadRequestError(message=str(error), model=model, llm_provider="agl-tinker") from error
         sampler = snapshot.sampler

@@ -3,7 +3,9 @@
 Users of the original switch by changing one import: the names and positional signatures are the
 same, the new options are keyword-only. Each function is a thin face: it binds the Agent-lightning
 store and adapter it is given to the ports and calls the same use cases the training loop runs
-(``app.group_rollouts``, ``app.evaluation``, ``app.rollouts``).
+(``app.group_rollouts``, ``app.evaluation``, ``app.rollouts``). The training entry points of
+``agl_tinker.train``/``llm``/``algo`` (``Config``, ``main``, ``create_llm_proxy``, ``TinkerLLM``,
+``Tinker``) are re-exported from ``app.agl_tinker_compat`` and ``app.agl_algorithm``.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from adapters.agl_store import AglRolloutStore, AglTripletSource
 from adapters.cookbook_env import AGLDataset, AGLDatasetBuilder, AGLDummyEnv, AGLDummyEnvGroupBuilder
 from adapters.cookbook_groups import CookbookGroups, evaluation_metrics
 from adapters.cookbook_types import to_cookbook_trajectory
+from app.agl_algorithm import Tinker
+from app.agl_tinker_compat import Config, TinkerLLM, create_llm_proxy, main
 from app.evaluation import all_task_groups, evaluate_task_groups
 from app.group_rollouts import GroupRolloutOptions, rollout_groups
 from app.rollouts import DEFAULT_ROLLOUT_TIMEOUT_S, OnResult, RolloutOptions, RolloutStats, run_rollouts
@@ -32,10 +36,15 @@ __all__ = [
     "AGLDummyEnv",
     "AGLDummyEnvGroupBuilder",
     "AGLTestSetEvaluator",
+    "Config",
+    "Tinker",
+    "TinkerLLM",
     "agl_single_rollout",
+    "create_llm_proxy",
     "dataset_to_env_group_builders",
     "do_group_of_group_rollouts",
     "evaluation_metrics",
+    "main",
     "reconstruct_transitions",
 ]
 
@@ -103,7 +112,7 @@ async def do_group_of_group_rollouts(
     metrics; a group left with no member is dropped. With ``do_remove_constant_reward_groups``
     the batch can come back empty.
     """
-    return await rollout_groups(
+    batch = await rollout_groups(
         env_group_builders_P,
         llm_resources_id,
         i_batch,
@@ -124,6 +133,7 @@ async def do_group_of_group_rollouts(
         on_result=on_result,
         stats=stats,
     )
+    return batch.groups
 
 
 def dataset_to_env_group_builders(dataset: AGLDataset[T_task]) -> list[AGLDummyEnvGroupBuilder[T_task]]:

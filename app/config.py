@@ -126,6 +126,11 @@ class TrainConfig(_Frozen):
     """Rollouts in the store at once, across the batch's groups."""
     rollout_timeout_s: float = Field(default=120.0, gt=0)
     """Deadline of one rollout; past it the rollout is cancelled and counted as timed out."""
+    trajectory_source: Literal["endpoint", "client"] = "endpoint"
+    """``endpoint``: what the policy endpoint recorded it served (any client, streaming, helper LLMs
+    never trained). ``client``: the agent's client-side OpenAI spans (``TracerTraceToTriplet``, as the original)."""
+    max_empty_batches: int = Field(default=3, ge=0)
+    """Consecutive batches without a trainable rollout that end the run with an error; 0 never stops."""
     wandb_project: str | None = None
     wandb_name: str | None = None
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections import Counter
 from pathlib import Path
@@ -12,23 +13,24 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from adapters.agl_runners import RunnerProcesses
-from adapters.endpoint import EndpointError
+from adapters.endpoint import EndpointError, is_loopback
 from adapters.run_log import CHECKPOINTS_FILE, last_checkpoint
+from adapters.store_auth import STORE_TOKEN_ENV, protect, store_token
 from adapters.tinker_backend import TinkerError
 from app.config import TrainConfig
 from app.launch import LaunchError, open_run, store_launcher_args, train
 from app.report import write_report
-from app.training import REWARD_KEY, TrainingHooks, evaluate
+from app.training import REWARD_KEY, NothingToTrain, TrainingHooks, evaluate
 from domain.groups import RolloutResult
 
 EXIT_RUNTIME = 1
 console = Console(stderr=True)
 
-_EXPECTED = (LaunchError, EndpointError, TinkerError, FileNotFoundError, ValueError, OSError)
+_EXPECTED = (LaunchError, EndpointError, TinkerError, NothingToTrain, FileNotFoundError, ValueError, OSError)
 
 
 def _fail(error: BaseException) -> int:
-    console.print(f"[red]error:[/red] {error}", highlight=False)
+    console.print(f"[red]error:[/red] {error}", highlight=False, soft_wrap=True)
     return EXIT_RUNTIME
 
 
@@ -132,10 +134,19 @@ def _last_state(config: TrainConfig) -> str | None:
 def serve_store(host: str, port: int) -> int:
     """``agl-tinker store``: an in-memory store over HTTP until interrupted."""
 
+    token = store_token(generate=not is_loopback(host))
+
     async def go() -> None:
         server = agl.LightningStoreServer(agl.InMemoryLightningStore(), launcher_args=store_launcher_args(host, port))
+        if token is not None:
+            protect(server, token)
         await server.start()
         console.print(f"store serving at {server.endpoint} (Ctrl-C to stop)")
+        if token is not None and not os.environ.get(STORE_TOKEN_ENV):
+            # Shown once, on this terminal only: runners and the trainer need it in their environment.
+            print(f"store token (export {STORE_TOKEN_ENV}=... on runners and the trainer): {token}", flush=True)
+        elif token is not None:
+            console.print(f"store requires the token in {STORE_TOKEN_ENV}")
         try:
             await asyncio.Event().wait()
         finally:
@@ -153,7 +164,7 @@ def serve_store(host: str, port: int) -> int:
 def serve_runners(agent: str, store_url: str, n: int) -> int:
     """``agl-tinker runner``: ``n`` runner processes on ``store_url`` until interrupted."""
     try:
-        runners = RunnerProcesses(agent, store_url, n)
+        runners = RunnerProcesses(agent, store_url, n, token=store_token(generate=False))
     except ValueError as error:
         return _fail(error)
     with runners:

@@ -35,7 +35,7 @@ async def evaluate_task_groups(
     on_result: OnResult | None = None,
 ) -> dict[str, float]:
     """Metrics of one pass over ``task_groups_P``, keys prefixed with ``name/`` when it is given."""
-    groups_P = await rollout_groups(
+    batch = await rollout_groups(
         task_groups_P,
         resources_id,
         i_batch,
@@ -46,7 +46,7 @@ async def evaluate_task_groups(
         options=GroupRolloutOptions(rollouts=rollouts, failed_rollouts=FailedRolloutPolicy.TRAIN),
         on_result=on_result,
     )
-    metrics = assembler.evaluation_metrics(groups_P, n_tasks=len(task_groups_P))
+    metrics = assembler.evaluation_metrics(batch.groups, n_tasks=len(task_groups_P))
     if name is not None:
         metrics = {f"{name}/{k}": v for k, v in metrics.items()}
     return metrics

@@ -4,7 +4,9 @@ Every member of every group goes through one ``run_rollouts`` loop under one con
 Members that may not train (failed or timed out under ``failed_rollouts``, empty, or without a
 final reward when the reward policy says so) are left out of their group and counted in its
 metrics; a group left with no member is dropped; constant-reward groups are removed on request.
-Runs on the ports only: the store, the triplet source and the group assembler are passed in.
+The batch comes back with its ``BatchAccount``: what every rollout and group came to, dropped ones
+included, so an empty batch can say why. Runs on the ports only: the store, the triplet source and
+the group assembler are passed in.
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ import itertools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Generic
 
 from app.rollouts import OnResult, RolloutOptions, RolloutStats, run_rollouts
+from domain.accounting import BatchAccount
 from domain.groups import FailedRolloutPolicy, RolloutResult, group_metrics, is_trainable, nonconstant_group_indices
 from ports.rollout_store import RolloutRequest, RolloutStore, SpanT, TripletSource
 from ports.trajectory_groups import GroupAssembler, GroupT, MemberT, TaskGroupT
@@ -31,6 +35,15 @@ class GroupRolloutOptions:
     remove_constant_reward_groups: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class GroupedBatch(Generic[GroupT]):
+    """The groups that train, and the account of the whole batch they came from."""
+
+    groups: list[GroupT]
+    """In input order, without the dropped ones."""
+    account: BatchAccount
+
+
 async def rollout_groups(
     task_groups_P: Sequence[TaskGroupT],
     resources_id: str,
@@ -43,8 +56,8 @@ async def rollout_groups(
     options: GroupRolloutOptions = GroupRolloutOptions(),
     on_result: OnResult | None = None,
     stats: RolloutStats | None = None,
-) -> list[GroupT]:
-    """The batch's groups in input order, without the dropped ones."""
+) -> GroupedBatch[GroupT]:
+    """The batch's groups in input order, without the dropped ones, and its account."""
     members_P = [list(await assembler.members(task_group)) for task_group in task_groups_P]
     requests = [
         RolloutRequest(task=assembler.task_of(member), mode=mode, resources_id=resources_id)
@@ -53,21 +66,29 @@ async def rollout_groups(
     results = await run_rollouts(
         requests, store=store, triplets=triplets, options=options.rollouts, on_result=on_result, stats=stats
     )
-    groups: list[GroupT] = []
+    reward_policy = options.rollouts.reward_policy
+    results_PG: list[Sequence[RolloutResult]] = []
+    trainable_PG: list[list[bool]] = []
+    assembled: list[tuple[int, GroupT]] = []
     offset = 0
     for i_group, (task_group, members_G) in enumerate(zip(task_groups_P, members_P, strict=True)):
         results_G = results[offset : offset + len(members_G)]
         offset += len(members_G)
-        group = await _assemble(assembler, task_group, members_G, results_G, options)
+        trainable_G = [is_trainable(r, options.failed_rollouts, reward_policy) for r in results_G]
+        results_PG.append(results_G)
+        trainable_PG.append(trainable_G)
+        group = await _assemble(assembler, task_group, members_G, results_G, trainable_G, options)
         if group is None:
             logger.warning("[Batch %d %s] [Group %d] no trainable rollout; group dropped", i_batch, mode, i_group)
             continue
-        groups.append(group)
+        assembled.append((i_group, group))
     if options.remove_constant_reward_groups:
-        keep = nonconstant_group_indices([assembler.total_rewards(g) for g in groups])
-        logger.info("[Batch %d %s] removed %d constant-reward group(s)", i_batch, mode, len(groups) - len(keep))
-        groups = [groups[i] for i in keep]
-    return groups
+        keep = nonconstant_group_indices([assembler.total_rewards(g) for _, g in assembled])
+        logger.info("[Batch %d %s] removed %d constant-reward group(s)", i_batch, mode, len(assembled) - len(keep))
+        assembled = [assembled[i] for i in keep]
+    kept = {i_group for i_group, _ in assembled}
+    account = BatchAccount.of(results_PG, trainable_PG, [i in kept for i in range(len(task_groups_P))])
+    return GroupedBatch(groups=[g for _, g in assembled], account=account)
 
 
 async def _assemble(
@@ -75,13 +96,14 @@ async def _assemble(
     task_group: TaskGroupT,
     members_G: Sequence[MemberT],
     results_G: Sequence[RolloutResult],
+    trainable_G: Sequence[bool],
     options: GroupRolloutOptions,
 ) -> GroupT | None:
     reward_policy = options.rollouts.reward_policy
     kept = [
         (member, result)
-        for member, result in zip(members_G, results_G, strict=True)
-        if is_trainable(result, options.failed_rollouts, reward_policy)
+        for member, result, trainable in zip(members_G, results_G, trainable_G, strict=True)
+        if trainable
     ]
     if not kept:
         return None

@@ -5,6 +5,8 @@ The one place that binds adapters to the ports: ``open_run`` builds every part f
 tears them down in reverse order; ``train`` runs the loop on them. One-click mode (no ``store_url``) serves an embedded
 ``InMemoryLightningStore`` on 127.0.0.1 and starts ``n_runners`` runner processes on it;
 distributed mode attaches to an ``agl store`` URL where runners from other machines take rollouts.
+``open_run_on_store`` builds the same parts on a store someone else serves and feeds runners to
+(``agl.Trainer`` for ``app.agl_algorithm``); ``open_run`` wraps it with its own store and runners.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import contextlib
 import json
 import logging
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -30,10 +32,12 @@ from tinker_cookbook.utils import ml_log
 
 from adapters.agl_runners import RunnerProcesses, load_agent
 from adapters.agl_store import AglRolloutStore, AglTripletSource
+from adapters.client_triplets import PolicyCallsOnly
 from adapters.cookbook_env import AGLDataset, AGLDummyEnv, AGLDummyEnvGroupBuilder, read_task_file
 from adapters.cookbook_groups import CookbookGroups
 from adapters.cookbook_training import CookbookTrainingData, supervised_datum
 from adapters.endpoint import EndpointConfig, PolicyEndpoint
+from adapters.endpoint_triplets import EndpointTraceToTriplet
 from adapters.run_log import CookbookMetricsLog, JsonlCheckpointLog
 from app import demo_task
 from app.config import DEMO, TrainConfig
@@ -157,6 +161,13 @@ def split_tasks(config: TrainConfig) -> tuple[list[Any], list[Any]]:
 async def build_datasets(config: TrainConfig) -> tuple[AGLDataset[Any], AGLDataset[Any] | None]:
     """The training batches, and the test set rolled out once per task (``None`` without test tasks)."""
     train, test = split_tasks(config)
+    return task_datasets(config, train, test)
+
+
+def task_datasets(
+    config: TrainConfig, train: Sequence[Any], test: Sequence[Any]
+) -> tuple[AGLDataset[Any], AGLDataset[Any] | None]:
+    """Datasets over tasks given as they are (a config's task files, or ``agl.Trainer.fit``'s datasets)."""
     dataset: AGLDataset[Any] = AGLDataset(
         train, batch_size=config.batch_size, group_size=config.group_size, seed=config.seed, n_epochs=config.n_epochs
     )
@@ -242,8 +253,8 @@ def open_logger(config: TrainConfig) -> ml_log.Logger:
     return ml_logger
 
 
-def training_settings(config: TrainConfig) -> TrainingSettings:
-    """The loop's settings from the run's config."""
+def training_settings(config: TrainConfig, vocab_size: int | None = None) -> TrainingSettings:
+    """The loop's settings from the run's config; ``vocab_size`` (the policy tokenizer's) rejects other models' ids."""
     warm = config.warm_start
     return TrainingSettings(
         log_path=config.log_path,
@@ -252,14 +263,27 @@ def training_settings(config: TrainConfig) -> TrainingSettings:
         num_substeps=config.num_substeps,
         kl=KLPenalty(config.kl_penalty_coef, config.kl_discount_factor),
         remove_constant_reward_groups=config.remove_constant_reward_groups,
-        rollouts=RolloutOptions(rollout_timeout_s=config.rollout_timeout_s, concurrency=config.concurrency),
+        rollouts=RolloutOptions(
+            rollout_timeout_s=config.rollout_timeout_s, concurrency=config.concurrency, vocab_size=vocab_size
+        ),
         eval_every=config.eval_every,
         eval_temperature=config.eval_temperature,
         save_every=config.save_every,
         max_batches=config.max_batches,
         target_test_reward=config.target_test_reward,
         warm_start=WarmStartSettings(steps=warm.steps, batch_size=warm.batch_size, learning_rate=warm.learning_rate),
+        max_empty_batches=config.max_empty_batches,
     )
+
+
+def trace_adapter(config: TrainConfig, client: agl.TraceToTripletBase | None = None) -> agl.TraceToTripletBase:
+    """The adapter that turns a rollout's spans into triplets, per ``trajectory_source``.
+
+    ``client`` reads the agent's own spans (default ``TracerTraceToTriplet``; ``agl.Trainer``'s adapter).
+    """
+    if config.trajectory_source == "client":
+        return PolicyCallsOnly(client or agl.TracerTraceToTriplet(), EndpointConfig().model_name)
+    return EndpointTraceToTriplet()
 
 
 AglTrainingParts = TrainingParts[AGLDummyEnvGroupBuilder[Any], AGLDummyEnv[Any], TrajectoryGroup, agl.Span]
@@ -280,18 +304,53 @@ class Run:
 @contextlib.asynccontextmanager
 async def open_run(config: TrainConfig) -> AsyncIterator[Run]:
     """Every part of a run, started in dependency order and stopped in reverse."""
-    Path(config.log_path).mkdir(parents=True, exist_ok=True)
     if config.n_runners > 0:
         try:
             load_agent(config.agent)
         except ValueError as error:
             raise LaunchError(str(error)) from error
-    dataset, test_dataset = await build_datasets(config)
+    train_tasks, test_tasks = split_tasks(config)
+    async with (
+        open_store(config) as (store, url),
+        open_run_on_store(config, store, train_tasks, test_tasks) as run,
+    ):
+        runners = RunnerProcesses(config.agent, url, config.n_runners) if config.n_runners > 0 else None
+        with runners or contextlib.nullcontext():
+            yield run
+
+
+def is_thread_safe(store: agl.LightningStore) -> bool:
+    """Whether the endpoint's proxy thread may call ``store``; a server answers for the store it wraps."""
+    inner = store.store if isinstance(store, agl.LightningStoreServer) else store
+    return bool(inner.capabilities.get("thread_safe", False))
+
+
+@contextlib.asynccontextmanager
+async def open_run_on_store(
+    config: TrainConfig,
+    store: agl.LightningStore,
+    train_tasks: Sequence[Any],
+    test_tasks: Sequence[Any],
+    *,
+    client_adapter: agl.TraceToTripletBase | None = None,
+) -> AsyncIterator[Run]:
+    """A run's backend, endpoint and logger on a store that others serve and feed runners to.
+
+    Starts no store server and no runner (``agl.Trainer`` does both for ``app.agl_algorithm``);
+    the tasks are used exactly as given, the test tasks rolled out once each. ``client_adapter``
+    reads the agent's spans when ``trajectory_source`` is ``client``.
+    """
+    if not is_thread_safe(store):
+        raise LaunchError(
+            f"the {type(store).__name__} is not thread-safe, and the policy endpoint calls it from its own thread: "
+            "use agl.InMemoryLightningStore(thread_safe=True)"
+        )
+    Path(config.log_path).mkdir(parents=True, exist_ok=True)
+    dataset, test_dataset = task_datasets(config, train_tasks, test_tasks)
     chats = warm_start_chats(config)
     backend = await open_backend(config)
     try:
         async with contextlib.AsyncExitStack() as stack:
-            store, url = await stack.enter_async_context(open_store(config))
             defaults = SamplingDefaults(
                 max_tokens=config.max_tokens,
                 temperature=config.train_temperature,
@@ -305,17 +364,14 @@ async def open_run(config: TrainConfig) -> AsyncIterator[Run]:
                 EndpointConfig(host=config.endpoint_host, port=config.endpoint_port, defaults=defaults),
             )
             await stack.enter_async_context(endpoint)
-            if config.n_runners > 0:
-                runners = RunnerProcesses(config.agent, url, config.n_runners)
-                stack.enter_context(runners)
             ml_logger = open_logger(config)
             stack.callback(ml_logger.close)
             parts: AglTrainingParts = TrainingParts(
-                settings=training_settings(config),
+                settings=training_settings(config, vocab_size=len(backend.renderer.tokenizer)),
                 trainer=backend.trainer,
                 server=endpoint,
                 store=AglRolloutStore(store),
-                triplets=AglTripletSource(agl.TracerTraceToTriplet()),
+                triplets=AglTripletSource(trace_adapter(config, client_adapter)),
                 assembler=CookbookGroups(),
                 data=CookbookTrainingData(),
                 dataset=dataset,

@@ -38,6 +38,8 @@ class RolloutOptions:
     """Idle back-off ceiling of the completion check."""
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     reward_policy: RewardPolicy = field(default_factory=RewardPolicy)
+    vocab_size: int | None = None
+    """The policy's vocabulary: triplets with ids beyond it are rejected (another model's calls)."""
 
     def __post_init__(self) -> None:
         if self.rollout_timeout_s <= 0:
@@ -85,7 +87,7 @@ async def run_rollouts(
     async def finish(index: int, rollout_id: str, status: str) -> None:
         spans = await store.latest_spans(rollout_id)
         stats.store_calls += 1
-        trajectory = reconstruct_trajectory(triplets.adapt(spans), options.reward_policy)
+        trajectory = reconstruct_trajectory(triplets.adapt(spans), options.reward_policy, options.vocab_size)
         record(index, RolloutResult(rollout_id=rollout_id, status=status, trajectory=trajectory))
 
     while next_request < len(requests) or pending:

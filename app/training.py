@@ -4,7 +4,10 @@ Per batch: publish the endpoint as the agents' LLM resource, evaluate on the tes
 ``eval_every`` batches, roll out the batch's groups through the store and runners, drop
 constant-reward groups if asked, build datums (advantages, prefix merging, optional KL shaping),
 run ``num_substeps`` forward-backward + optimizer steps, serve the new weights from the endpoint,
-log metrics, and checkpoint every ``save_every`` batches. The loop resumes at the batch after the
+log metrics (with the batch's account: every rollout and group, dropped ones included), and
+checkpoint every ``save_every`` batches. ``max_empty_batches`` consecutive batches without a
+trainable rollout end the run with ``NothingToTrain`` instead of a run that silently learns
+nothing; so does a run none of whose batches had one. The loop resumes at the batch after the
 last checkpoint, so a crash repeats no finished batch and skips none.
 
 It runs on the ports only (``TrainingParts``); ``app.launch`` binds them to Agent-lightning,
@@ -22,6 +25,7 @@ from typing import Generic
 from app.evaluation import all_task_groups, evaluate_policy
 from app.group_rollouts import GroupRolloutOptions, rollout_groups
 from app.rollouts import RolloutOptions, RolloutStats
+from domain.accounting import BatchAccount
 from domain.groups import RolloutResult
 from domain.metric_names import TEST_PREFIX, TRAIN_REWARD
 from domain.stats import mean_per_key
@@ -65,6 +69,17 @@ class TrainingSettings:
     max_batches: int | None = None
     target_test_reward: float | None = None
     warm_start: WarmStartSettings = field(default_factory=WarmStartSettings)
+    max_empty_batches: int = 3
+    """Consecutive batches without a trainable rollout that end the run with an error; 0 never stops."""
+
+
+class NothingToTrain(RuntimeError):
+    """Batches keep coming back without a trainable rollout (the agent fails, times out, or emits nothing)."""
+
+    @classmethod
+    def after(cls, n_empty: int, i_batch: int, account: BatchAccount) -> NothingToTrain:
+        batches = "batch" if n_empty == 1 else "batches"
+        return cls(f"{n_empty} consecutive {batches} had no trainable rollout (batch {i_batch}: {account.describe()})")
 
 
 @dataclass(slots=True)
@@ -229,6 +244,8 @@ async def run_training(
     options = GroupRolloutOptions(
         rollouts=settings.rollouts, remove_constant_reward_groups=settings.remove_constant_reward_groups
     )
+    n_empty = 0  # consecutive batches, up to the current one, without a trainable rollout
+    last_empty: tuple[int, BatchAccount] | None = None
 
     for i_batch in range(start, n_batches):
         t_start = time.perf_counter()
@@ -253,7 +270,7 @@ async def run_training(
             hooks.on_batch_start(i_batch, n_rollouts)
         stats = RolloutStats()
         t_sample = time.perf_counter()
-        groups_P = await rollout_groups(
+        batch = await rollout_groups(
             task_groups_P,
             resources_id,
             i_batch,
@@ -268,25 +285,40 @@ async def run_training(
         metrics["time/sample"] = time.perf_counter() - t_sample
         metrics["rollouts/per_s"] = n_rollouts / max(metrics["time/sample"], 1e-9)
         metrics["rollouts/store_calls_per_rollout"] = stats.store_calls / max(n_rollouts, 1)
-        metrics.update(parts.assembler.batch_metrics(groups_P, task_groups_P))
+        groups_P, account = batch.groups, batch.account
+        metrics.update(account.metrics())
+        if groups_P:  # an empty batch has no reward: logging 0.0 would read as a bad policy
+            metrics.update(parts.assembler.batch_metrics(groups_P, task_groups_P))
+        if account.has_trainable:
+            n_empty = 0
+        else:
+            n_empty, last_empty = n_empty + 1, (i_batch, account)
+        stop = 0 < settings.max_empty_batches <= n_empty
 
         t_train = time.perf_counter()
         if groups_P:
             _data, train_metrics = await train_step(parts.trainer, parts.data, settings, groups_P, reference)
             metrics.update(train_metrics)
             parts.server.set_sampler(await parts.trainer.sampler(f"batch-{i_batch + 1:06d}"))
+        elif not account.has_trainable:
+            log(f"batch {i_batch}: no trainable rollout ({account.describe()})")
         else:
-            log(f"batch {i_batch}: no trainable group, weights unchanged")
+            log(f"batch {i_batch}: every group had a constant reward, weights unchanged ({account.describe()})")
         metrics["time/train"] = time.perf_counter() - t_train
 
         done = i_batch + 1
-        if settings.save_every > 0 and done % settings.save_every == 0 and done < n_batches:
+        if not stop and settings.save_every > 0 and done % settings.save_every == 0 and done < n_batches:
             await save_checkpoint(parts.trainer, parts.checkpoints, f"{done:06d}", done)
+        metrics.update(parts.server.take_metrics())
         metrics["time/total"] = time.perf_counter() - t_start
         parts.metrics.log_metrics(metrics, step=i_batch)
         if hooks.on_batch_end:
             hooks.on_batch_end(i_batch, metrics)
+        if stop and last_empty is not None:
+            raise NothingToTrain.after(n_empty, *last_empty)
 
+    if last_empty is not None and n_empty == n_batches - start:  # no batch of this run could train
+        raise NothingToTrain.after(n_empty, *last_empty)
     if start < n_batches:
         summary.final_checkpoint = await save_checkpoint(
             parts.trainer, parts.checkpoints, "final", n_batches, final=True

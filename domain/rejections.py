@@ -8,6 +8,7 @@ what it lost and why instead of dropping it silently::
     ├── NO_TOKEN_IDS             no ``token_ids`` key (the endpoint did not return them)
     ├── EMPTY_TOKEN_IDS          ``token_ids`` present but empty
     ├── BAD_TOKEN_IDS            not a list of non-negative ints
+    ├── TOKEN_OUT_OF_VOCAB       an id beyond the policy's vocabulary (another model's tokens)
     ├── LOGPROBS_MISSING         response tokens without logprobs
     ├── BAD_LOGPROBS             logprobs that are not finite numbers <= 0
     ├── LOGPROB_COUNT_MISMATCH   logprob count differs from response token count
@@ -28,6 +29,7 @@ class RejectionReason(StrEnum):
     NO_TOKEN_IDS = "no_token_ids"
     EMPTY_TOKEN_IDS = "empty_token_ids"
     BAD_TOKEN_IDS = "bad_token_ids"
+    TOKEN_OUT_OF_VOCAB = "token_out_of_vocab"
     LOGPROBS_MISSING = "logprobs_missing"
     BAD_LOGPROBS = "bad_logprobs"
     LOGPROB_COUNT_MISMATCH = "logprob_count_mismatch"

@@ -27,6 +27,8 @@ class SamplingDefaults:
     """Largest ``max_tokens`` a request may ask for."""
     max_samples: int = 8
     """Largest ``n`` a request may ask for."""
+    max_prompt_tokens: int | None = None
+    """Longest rendered prompt served (the model's context); longer ones are refused before sampling."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_tokens <= self.max_tokens_limit:
@@ -36,6 +38,8 @@ class SamplingDefaults:
         check_top_k(self.top_k)
         if self.max_samples < 1:
             raise ValueError(f"max_samples must be >= 1, got {self.max_samples}")
+        if self.max_prompt_tokens is not None and self.max_prompt_tokens < 1:
+            raise ValueError(f"max_prompt_tokens must be >= 1, got {self.max_prompt_tokens}")
 
     def with_temperature(self, temperature: float) -> SamplingDefaults:
         """The same defaults sampling at ``temperature`` (e.g. 0 for a greedy evaluation)."""

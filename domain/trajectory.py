@@ -86,17 +86,18 @@ def _usable_reward(raw: object) -> float | None:
 
 
 def reconstruct_trajectory(
-    triplets_T: Sequence[RawTriplet], policy: RewardPolicy = RewardPolicy()
+    triplets_T: Sequence[RawTriplet], policy: RewardPolicy = RewardPolicy(), vocab_size: int | None = None
 ) -> ReconstructedTrajectory:
     """Turn ordered triplets into transitions, keeping order and token content as they came.
 
-    Never raises on any input: every triplet is either a transition or a counted rejection.
+    Never raises on any input: every triplet is either a transition or a counted rejection
+    (with ``vocab_size``, also those holding ids beyond the policy's vocabulary).
     """
     kept: list[TokenTransition] = []
     rejections: list[TripletRejection] = []
     orphan_reward = 0.0
     for index, triplet in enumerate(triplets_T):
-        match parse_triplet(index, triplet):
+        match parse_triplet(index, triplet, vocab_size):
             case Success(turn):
                 reward = policy.missing_reward if turn.reward is None else turn.reward
                 kept.append(

@@ -103,8 +103,14 @@ def _logprobs(payload: Mapping[object, object]) -> Result[tuple[float, ...], Rej
     return Success(tuple(value for value in values if value is not None))
 
 
-def parse_triplet(index: int, triplet: RawTriplet) -> Result[ParsedTurn, TripletRejection]:
-    """Turn one raw triplet into a ``ParsedTurn``, or say precisely why it cannot be one."""
+def parse_triplet(
+    index: int, triplet: RawTriplet, vocab_size: int | None = None
+) -> Result[ParsedTurn, TripletRejection]:
+    """Turn one raw triplet into a ``ParsedTurn``, or say precisely why it cannot be one.
+
+    With ``vocab_size``, ids at or beyond it are rejected: they come from another model (a helper
+    or judge on another server) and would index past the policy's embedding.
+    """
 
     def reject(reason: RejectionReason, detail: str) -> Result[ParsedTurn, TripletRejection]:
         return Failure(TripletRejection(index=index, reason=reason, detail=detail))
@@ -135,6 +141,10 @@ def parse_triplet(index: int, triplet: RawTriplet) -> Result[ParsedTurn, Triplet
             RejectionReason.LOGPROB_COUNT_MISMATCH,
             f"{len(logprobs)} logprobs for {len(response_tokens)} response tokens",
         )
+    if vocab_size is not None:
+        beyond = max((*prompt_tokens, *response_tokens)) >= vocab_size
+        if beyond:
+            return reject(RejectionReason.TOKEN_OUT_OF_VOCAB, f"token id beyond the vocabulary of {vocab_size}")
     match parse_reward(triplet.reward):
         case Failure(reason):
             return reject(reason, f"reward of type {type(triplet.reward).__name__}")

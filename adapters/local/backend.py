@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import math
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -25,6 +26,8 @@ from adapters.local.model_io import add_lora, frozen_copy, load_model, load_toke
 from adapters.local.sampler import LocalSampler
 from adapters.local.worker import TorchWorker
 from ports.policy import AdamParams, ForwardBackwardOutput, LossName, TrainingDatum
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -182,11 +185,19 @@ class LocalTrainer:
         if params.grad_clip_norm > 0 and grads:
             torch.nn.utils.clip_grad_norm_(self._params, params.grad_clip_norm)
         if not math.isfinite(norm):
-            raise FloatingPointError(f"non-finite gradient norm {norm}")
+            # A huge reward or a NaN loss: applying the step would poison every weight. Skip it, say so.
+            self._optimizer.zero_grad(set_to_none=True)
+            logger.warning("optimizer step skipped: non-finite gradient norm %s", norm)
+            return {"skipped_nonfinite": 1.0, "learning_rate": params.learning_rate, "step": float(self._steps)}
         self._optimizer.step()
         self._optimizer.zero_grad(set_to_none=True)
         self._steps += 1
-        return {"grad_norm": norm, "learning_rate": params.learning_rate, "step": float(self._steps)}
+        return {
+            "grad_norm": norm,
+            "skipped_nonfinite": 0.0,
+            "learning_rate": params.learning_rate,
+            "step": float(self._steps),
+        }
 
     def _save(self, name: str) -> str:
         out = self._checkpoint_dir / name

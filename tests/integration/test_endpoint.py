@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -255,6 +256,27 @@ class TestRequestParameters:
         assert sampler.params == []
 
 
+    @pytest.mark.parametrize(
+        ("messages", "reason"),
+        [
+            ([], "non-empty list"),
+            ([{"role": "wizard", "content": "hi"}], "role 'wizard'"),
+            ([{"role": "user", "content": "x " * 200}], "this policy serves at most 64"),
+        ],
+        ids=["empty", "unknown-role", "too-long"],
+    )
+    async def test_unservable_messages_get_a_400_with_the_reason_before_any_sampling(
+        self, endpoint: PolicyEndpoint, renderer: renderers.Renderer, messages: list[Any], reason: str
+    ) -> None:
+        sampler = FixedSampler(renderer, "I'm 6.")
+        endpoint.set_sampler(sampler)
+        endpoint.set_sampling_defaults(replace(endpoint.sampling_defaults, max_prompt_tokens=64))
+        client = openai.AsyncOpenAI(base_url=endpoint.endpoint, api_key="unused", max_retries=0)
+        with pytest.raises(openai.BadRequestError, match=reason):
+            await client.chat.completions.create(model="policy", messages=messages)
+        assert sampler.params == []
+
+
 class TestBinding:
     async def test_binding_beyond_loopback_without_a_master_key_is_refused(
         self, monkeypatch: pytest.MonkeyPatch, renderer: renderers.Renderer
@@ -274,3 +296,25 @@ class TestBinding:
             endpoint.as_resource()
         assert "sk-secret-value-123" not in repr(endpoint) + str(info.value)
         assert endpoint.config.host == "0.0.0.0"
+
+    async def test_beyond_loopback_a_missing_or_wrong_key_gets_401_and_the_key_never_reaches_disk(
+        self, monkeypatch: pytest.MonkeyPatch, renderer: renderers.Renderer
+    ) -> None:
+        canary = "sk-canary-7f3a9c1e5b"
+        monkeypatch.setenv("AGL_TINKER_MASTER_KEY", canary)
+        store = agl.InMemoryLightningStore(thread_safe=True)
+        async with PolicyEndpoint(store, renderer, EndpointConfig(host="0.0.0.0")) as endpoint:
+            endpoint.set_sampler(FixedSampler(renderer, "I'm 8."))
+            url = endpoint.endpoint.replace("0.0.0.0", "127.0.0.1")
+            messages: list[openai.types.chat.ChatCompletionMessageParam] = [{"role": "user", "content": QUESTION}]
+            for key in ("", "sk-wrong"):
+                client = openai.AsyncOpenAI(base_url=url, api_key=key or "unused", max_retries=0)
+                if not key:
+                    client = client.with_options(default_headers={"Authorization": ""})
+                with pytest.raises(openai.AuthenticationError):
+                    await client.chat.completions.create(model="policy", messages=messages)
+            good = openai.AsyncOpenAI(base_url=url, api_key=canary, max_retries=0)
+            reply = await good.chat.completions.create(model="policy", messages=messages)
+            assert reply.choices[0].message.content == "I'm 8."
+            config_file = endpoint._proxy._config_file  # type: ignore[union-attr]
+            assert config_file is not None and canary not in Path(config_file).read_text()

@@ -25,6 +25,7 @@ from tinker_cookbook.tokenizer_utils import get_tokenizer
 
 from adapters.agl_runners import run_runner
 from adapters.agl_store import AglTripletSource
+from adapters.client_triplets import PolicyCallsOnly
 from adapters.cookbook_training import CookbookTrainingData
 from adapters.cookbook_types import to_trajectory_group
 from adapters.endpoint import EndpointConfig, PolicyEndpoint
@@ -259,3 +260,29 @@ async def test_helper_and_judge_calls_to_another_llm_are_never_trained(
     assert transition.reward == 1.0
     vocab = len(renderer.tokenizer)
     assert all(t < vocab for t in transition.ob + transition.ac)
+
+
+async def test_the_client_side_source_keeps_only_the_policys_calls_and_rejects_foreign_ids(
+    store: agl.InMemoryLightningStore, endpoint: PolicyEndpoint, renderer: renderers.Renderer, helper_url: str
+) -> None:
+    """Seed compatibility: ``TracerTraceToTriplet`` over the client's spans, restricted to the policy."""
+    sampler = CharSampler(renderer, ["I'm 42."])
+    endpoint.set_sampler(sampler)
+    (rollout_id,) = await run(
+        store, capture_agents.helper_agent, [{"question": QUESTION, "answer": "42", "helper_url": helper_url}]
+    )
+    spans = list(await store.query_spans(rollout_id, "latest"))
+
+    everything = AglTripletSource(agl.TracerTraceToTriplet()).adapt(spans)
+    assert len(everything) > 1, "the stock adapter turns the helper's calls into triplets too"
+    vocab = len(renderer.tokenizer)
+    unfiltered = reconstruct_trajectory(everything, vocab_size=vocab)
+    assert [r.reason.value for r in unfiltered.rejections] == ["token_out_of_vocab"] * (len(everything) - 1)
+
+    result = reconstruct_trajectory(
+        AglTripletSource(PolicyCallsOnly(agl.TracerTraceToTriplet(), "policy")).adapt(spans), vocab_size=vocab
+    )
+    (transition,) = result.transitions
+    assert not result.rejections
+    assert transition.ac == sampler.outputs[0].tokens
+    assert transition.reward == 1.0

@@ -348,3 +348,23 @@ async def test_lora_trains_only_the_adapters(tiny_model: Path) -> None:
     train_lps = out.logprobs_D[0][len(prompt) - 1 :]
     assert max(abs(a - b) for a, b in zip(train_lps, again.logprobs, strict=True)) < 1e-5
     assert await action_logprob(trainer, datum) > sum(seq.logprobs) + 0.5
+
+
+async def test_a_non_finite_gradient_skips_the_step_and_the_next_step_trains(trainer: LocalTrainer) -> None:
+    """A reward of 1e30 (or a NaN loss) must not poison the weights nor crash the run."""
+    sampler = await trainer.sampler("s0")
+    prompt = chat_prompt(trainer, "huge")
+    (seq,) = await sampler.sample(prompt, SamplingParams(max_tokens=6, seed=1, stop_token_ids=(-1,)))
+    before = [p.detach().clone() for p in trainer.trainable_parameters]
+
+    huge = rl_datum(prompt, seq, 1e38)
+    await trainer.forward_backward([huge, huge], LossName.IMPORTANCE_SAMPLING)
+    skipped = await trainer.optim_step(AdamParams(learning_rate=1e-2))
+
+    assert skipped["skipped_nonfinite"] == 1.0
+    assert all(torch.equal(a, b) for a, b in zip(before, trainer.trainable_parameters, strict=True))
+    assert all(p.grad is None for p in trainer.trainable_parameters)
+    await trainer.forward_backward([rl_datum(prompt, seq, 1.0)], LossName.IMPORTANCE_SAMPLING)
+    trained = await trainer.optim_step(AdamParams(learning_rate=1e-2))
+    assert trained["skipped_nonfinite"] == 0.0 and math.isfinite(trained["grad_norm"])
+    assert not all(torch.equal(a, b) for a, b in zip(before, trainer.trainable_parameters, strict=True))

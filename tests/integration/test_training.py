@@ -15,7 +15,7 @@ import pytest
 from adapters.run_log import CHECKPOINTS_FILE, METRICS_FILE
 from app.config import TrainConfig, load_config
 from app.launch import free_port, train
-from app.training import REWARD_KEY, TrainingHooks
+from app.training import REWARD_KEY, NothingToTrain, TrainingHooks
 
 pytestmark = pytest.mark.slow
 
@@ -82,6 +82,46 @@ async def test_an_interrupted_run_resumes_at_its_checkpoint_without_repeating_tr
     assert final_state["steps"] == cfg.warm_start.steps + 4
     again = await train(cfg)
     assert (again.start_batch, again.end_batch) == (4, 4)
+
+
+async def test_a_run_whose_agent_always_fails_stops_loudly_and_logs_every_rollout(tmp_path: Path) -> None:
+    cfg = config(
+        tmp_path, agent="tests.integration.training_agents:failing_agent", max_batches=5, max_empty_batches=2,
+        n_runners=1, rollout_timeout_s=30, **{"warm_start.steps": 0},
+    )  # fmt: skip
+    with pytest.raises(NothingToTrain) as raised:
+        await train(cfg)
+
+    message = str(raised.value)
+    assert "\n" not in message
+    assert message == "2 consecutive batches had no trainable rollout (batch 1: all 32 rollouts failed)"
+    run = Path(cfg.log_path)
+    lines = batch_lines(run)
+    assert [m["progress/batch"] for m in lines] == [0, 1]
+    for m in lines:
+        assert m["rollouts/n_enqueued"] == m["rollouts/n_failed"] == m["rollouts/n_excluded"] == 32
+        assert (m["groups/n_kept"], m["groups/n_dropped_no_trainable"]) == (0, 4)
+        assert REWARD_KEY not in m
+        assert not any(key.startswith("env/") for key in m)
+    checkpoints = run / CHECKPOINTS_FILE
+    records = [json.loads(line) for line in checkpoints.read_text().splitlines()] if checkpoints.exists() else []
+    assert not any(r["final"] for r in records)
+
+
+def test_the_cli_reports_a_run_that_never_trained_as_one_error_line(tmp_path: Path) -> None:
+    """``max_empty_batches=0`` never stops early, but a run none of whose batches trained is no success."""
+    result = cli(
+        "train", "agent=tests.integration.training_agents:failing_agent", f"log_path={tmp_path / 'run'}",
+        "max_batches=2", "max_empty_batches=0", "n_runners=1", "warm_start.steps=0", "batch_size=2", "group_size=2",
+        "eval_every=0", "rollout_timeout_s=30",
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert lines == ["error: 2 consecutive batches had no trainable rollout (batch 1: all 4 rollouts failed)"]
+    # The runner processes log the agent's own traceback (the user's bug); the trainer prints none of its own.
+    assert result.stderr.count("Traceback") == result.stderr.count("TypeError: boom on")
+    assert "NothingToTrain" not in result.stderr
+    assert "trained batches" not in result.stderr
 
 
 def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -179,12 +219,13 @@ async def test_one_train_step_moves_the_next_samplers_logprobs_with_the_advantag
         old = await parts.trainer.sampler("before")
         parts.server.set_sampler(old)
         resources_id = await parts.store.add_resources({"main_llm": parts.server.as_resource()})
-        groups = await rollout_groups(
+        batch = await rollout_groups(
             parts.dataset.get_batch(0), resources_id, 0, store=parts.store, triplets=parts.triplets,
             assembler=parts.assembler, mode="train",
             options=GroupRolloutOptions(rollouts=RolloutOptions(rollout_timeout_s=60)),
         )  # fmt: skip
-        data, _metrics = await train_step(parts.trainer, parts.data, parts.settings, groups)
+        assert batch.account.n_enqueued == batch.account.n_succeeded == 4 * 16
+        data, _metrics = await train_step(parts.trainer, parts.data, parts.settings, batch.groups)
         new = await parts.trainer.sampler("after")
         version = parts.server.set_sampler(new)
 

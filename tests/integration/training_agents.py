@@ -22,3 +22,9 @@ async def always_seven_agent(task: dict[str, str], llm: agl.LLM) -> float:
         .chat.completions.create(model=llm.model, messages=[{"role": "user", "content": task["word"]}])
     )
     return 1.0 if (reply.choices[0].message.content or "").strip() == "7" else 0.0
+
+
+@agl.rollout
+async def failing_agent(task: dict[str, str], llm: agl.LLM) -> float:
+    """Raises before calling the model, as a buggy agent does: every rollout fails."""
+    raise TypeError(f"boom on {task['word']!r}")

@@ -15,6 +15,8 @@ IO = {"socket", "subprocess", "urllib", "http", "requests", "asyncio", "os", "pa
 USE_CASES = {"app/rollouts.py", "app/group_rollouts.py", "app/evaluation.py", "app/training.py"}
 """The application's use cases: they run on ports and domain data only."""
 FACES_AND_ROOTS = {
+    "app/agl_algorithm.py",  # the agl.Trainer face: an Agent-lightning Algorithm over the training loop
+    "app/agl_tinker_compat.py",  # the original example's training entry points (Config, main, ...)
     "app/compat.py",  # the seed-compatible face
     "app/console.py",  # the CLI's terminal side
     "app/demo_agent.py",  # an agent, written as users write them

@@ -126,3 +126,14 @@ class TestSeedBehaviour:
     def test_no_triplets_is_an_empty_flagged_trajectory(self) -> None:
         result = reconstruct_trajectory([])
         assert result.is_empty and result.final_reward_missing and result.n_triplets == 0
+
+
+@given(good_triplet(), st.integers(min_value=1, max_value=60_000))
+def test_ids_beyond_the_policys_vocabulary_are_rejected_and_counted(triplet: RawTriplet, vocab_size: int) -> None:
+    result = reconstruct_trajectory([triplet], vocab_size=vocab_size)
+    ids = [*triplet.prompt["token_ids"], *triplet.response["token_ids"]]  # type: ignore[index]
+    if max(ids) >= vocab_size:
+        assert not result.transitions
+        assert [r.reason for r in result.rejections] == [RejectionReason.TOKEN_OUT_OF_VOCAB]
+    else:
+        assert len(result.transitions) == 1 and not result.rejections
