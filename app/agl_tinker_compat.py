@@ -17,7 +17,9 @@ What does not map, and what happens instead:
 * ``shuffle=False``, ``compute_post_kl``, ``enable_trace`` and ``llm_proxy_retry_attempts`` are
   ignored with a warning; ``adapter_agent_match`` and ``load_checkpoint_path`` are refused
   (a run resumes from its own ``log_path``). ``adapter_from_llm_proxy`` selects the
-  ``trajectory_source``: ``False`` (the original's default) reads the agent's client-side spans.
+  ``trajectory_source``: unset or ``True`` uses what the endpoint recorded it served (this project's
+  default: any client, helper LLMs never trained); an explicit ``False`` reads the agent's
+  client-side spans as the original's default did.
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ def Config(  # the original class name, so that its scripts run unchanged
     top_k: int = -1,
     top_p: float = 1.0,
     store_address: str = "http://localhost:4747",
-    adapter_from_llm_proxy: bool = False,
+    adapter_from_llm_proxy: bool | None = None,
     adapter_agent_match: str | None = None,
     llm_proxy_retry_attempts: int = 0,
     concurrency: int = 16,
@@ -132,7 +134,7 @@ def Config(  # the original class name, so that its scripts run unchanged
         "store_url": store_address,
         "n_runners": 0,
         "endpoint_port": llm_proxy_port,
-        "trajectory_source": "endpoint" if adapter_from_llm_proxy else "client",
+        "trajectory_source": "client" if adapter_from_llm_proxy is False else "endpoint",
         **_dataset_settings(dataset_builder, Path(log_path)),
     }
     pairs = [f"{key}={json.dumps(value)}" for key, value in settings.items()]

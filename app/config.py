@@ -93,6 +93,8 @@ class TrainConfig(_Frozen):
     seed: int = 0
 
     max_tokens: int = Field(default=8, ge=1)
+    max_prompt_tokens: int | None = Field(default=None, ge=1)
+    """Longest prompt the endpoint serves (HTTP 400 beyond it); unset: the local model's context length."""
     train_temperature: float = Field(default=1.0, ge=0, le=2)
     eval_temperature: float = Field(default=0.0, ge=0, le=2)
     top_p: float = Field(default=1.0, gt=0, le=1)

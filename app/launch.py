@@ -39,6 +39,7 @@ from adapters.cookbook_training import CookbookTrainingData, supervised_datum
 from adapters.endpoint import EndpointConfig, PolicyEndpoint
 from adapters.endpoint_triplets import EndpointTraceToTriplet
 from adapters.run_log import CookbookMetricsLog, JsonlCheckpointLog
+from adapters.store_auth import STORE_TOKEN_ENV, TokenStoreClient, protect, store_token
 from app import demo_task
 from app.config import DEMO, TrainConfig
 from app.rollouts import RolloutOptions
@@ -69,6 +70,8 @@ class Backend:
     trainer: Trainer
     renderer: renderers.Renderer
     close: Callable[[], None] | None = None
+    context_length: int | None = None
+    """The model's context window, when the backend knows it (prompts beyond it are refused)."""
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -103,6 +106,15 @@ def local_model_dir(config: TrainConfig) -> Path:
     return path
 
 
+def _context_length(model_dir: Path) -> int | None:
+    """``max_position_embeddings`` of a Hugging Face model directory, if it declares one."""
+    try:
+        value = json.loads((model_dir / "config.json").read_text()).get("max_position_embeddings")
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, int) and value > 0 else None
+
+
 async def open_backend(config: TrainConfig) -> Backend:
     policy = config.policy
     if policy.backend == "local":
@@ -117,7 +129,9 @@ async def open_backend(config: TrainConfig) -> Backend:
             num_threads=policy.num_threads,
         )
         renderer = get_renderer(policy.renderer_name, get_tokenizer(str(model_dir)))
-        return Backend(trainer=trainer, renderer=renderer, close=trainer.close)
+        return Backend(
+            trainer=trainer, renderer=renderer, close=trainer.close, context_length=_context_length(model_dir)
+        )
     from adapters.tinker_backend import TinkerConfig, TinkerTrainer
 
     assert policy.base_model is not None  # checked by PolicyConfig
@@ -211,17 +225,26 @@ def _read_chats(path: Path) -> list[list[renderers.Message]]:
 
 
 @contextlib.asynccontextmanager
-async def open_store(config: TrainConfig) -> AsyncIterator[tuple[agl.LightningStore, str]]:
-    """The store the loop and the endpoint use, and the URL runners attach to."""
+async def open_store(config: TrainConfig) -> AsyncIterator[tuple[agl.LightningStore, str, str | None]]:
+    """The store the loop and the endpoint use, the URL runners attach to, and the token they need.
+
+    The embedded store always requires a token (``AGL_TINKER_STORE_TOKEN`` or one made for this
+    run), so nothing else on the machine, not even a stale runner of an earlier run, can use it.
+    """
     if config.store_url is not None:
-        client = agl.LightningStoreClient(config.store_url)
+        token = store_token(generate=False)
+        client = TokenStoreClient(config.store_url, token)
         try:
             await asyncio.wait_for(client.query_rollouts(limit=1), STORE_CONNECT_TIMEOUT_S)
-        except Exception as error:  # timeout, refused connection, HTTP error: all mean unreachable
+        except Exception as error:  # timeout, refused connection, HTTP error: all mean unusable
             await client.close()
+            if getattr(error, "status", None) == 401:
+                raise LaunchError(
+                    f"the store at {config.store_url} refused this run: set {STORE_TOKEN_ENV} to its token"
+                ) from error
             raise LaunchError(f"cannot reach the store at {config.store_url}: {type(error).__name__}") from error
         try:
-            yield client, config.store_url
+            yield client, config.store_url, token
         finally:
             await client.close()
         return
@@ -229,9 +252,15 @@ async def open_store(config: TrainConfig) -> AsyncIterator[tuple[agl.LightningSt
     server = agl.LightningStoreServer(
         store, launcher_args=store_launcher_args("127.0.0.1", config.store_port or free_port())
     )
-    await server.start()
+    token = store_token(generate=True)
+    assert token is not None
+    protect(server, token)
     try:
-        yield store, server.endpoint
+        await server.start()
+    except RuntimeError as error:
+        raise LaunchError(f"cannot serve the store on 127.0.0.1:{server.launcher_args.port}: {error}") from error
+    try:
+        yield store, server.endpoint, token
     finally:
         await server.stop()
 
@@ -311,10 +340,10 @@ async def open_run(config: TrainConfig) -> AsyncIterator[Run]:
             raise LaunchError(str(error)) from error
     train_tasks, test_tasks = split_tasks(config)
     async with (
-        open_store(config) as (store, url),
+        open_store(config) as (store, url, token),
         open_run_on_store(config, store, train_tasks, test_tasks) as run,
     ):
-        runners = RunnerProcesses(config.agent, url, config.n_runners) if config.n_runners > 0 else None
+        runners = RunnerProcesses(config.agent, url, config.n_runners, token=token) if config.n_runners > 0 else None
         with runners or contextlib.nullcontext():
             yield run
 
@@ -357,6 +386,7 @@ async def open_run_on_store(
                 top_p=config.top_p,
                 top_k=config.top_k,
                 max_tokens_limit=max(config.max_tokens, 8192),
+                max_prompt_tokens=config.max_prompt_tokens or backend.context_length,
             )
             endpoint = PolicyEndpoint(
                 store,

@@ -128,7 +128,7 @@ def test_compat_config_maps_the_original_arguments(tmp_path: Path, monkeypatch: 
     )
     assert (cfg.batch_size, cfg.group_size, cfg.seed, cfg.n_epochs) == (3, 5, 7, 2)
     assert (cfg.learning_rate, cfg.max_tokens, cfg.rollout_timeout_s) == (2e-4, 32, 30)
-    assert (cfg.store_url, cfg.n_runners, cfg.trajectory_source) == ("http://127.0.0.1:4999", 0, "client")
+    assert (cfg.store_url, cfg.n_runners, cfg.trajectory_source) == ("http://127.0.0.1:4999", 0, "endpoint")
     assert (cfg.policy.backend, cfg.policy.renderer_name, cfg.policy.lora_rank) == ("local", "role_colon", 0)
     assert (cfg.eval_every, cfg.save_every, cfg.concurrency, cfg.kl_penalty_coef) == (20, 20, 16, 0.0)
     written = [json.loads(line) for line in Path(cfg.tasks).read_text().splitlines()]
