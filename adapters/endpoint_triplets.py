@@ -7,10 +7,16 @@ leave no such span and are never trained. Rewards come from the agent's reward s
 (``agl.emit_reward`` or a returned float) and are matched the way ``TracerTraceToTriplet``'s
 default policy matches them: each reward goes to the latest completion that ended before it and
 has no reward yet.
+
+Where the agent's client also traced a policy call with token ids (the ``openai`` client through
+the AgentOps tracer), those ids are checked against the records: a traced reply that matches no
+record is counted in ``disagreements`` and logged, since it means one of the two sources is wrong.
 """
 
 from __future__ import annotations
 
+import logging
+import re
 from collections.abc import Sequence
 
 from agentlightning import Span, TraceToTripletBase, Triplet
@@ -26,6 +32,10 @@ from adapters.endpoint_capture import (
     RESPONSE_IDS,
 )
 
+logger = logging.getLogger(__name__)
+CLIENT_LLM_CALL = re.compile(r"openai\.chat\.completion")
+CLIENT_RESPONSE_IDS = "response_token_ids"
+
 
 def _time(value: float | None) -> float:
     return value if value is not None else 0.0
@@ -34,9 +44,15 @@ def _time(value: float | None) -> float:
 class EndpointTraceToTriplet(TraceToTripletBase):
     """One triplet per completion the endpoint served to the rollout, in request order."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.disagreements = 0
+        """Client-traced policy replies (with token ids) that match no endpoint record, so far."""
+
     def adapt(self, source: Sequence[Span], /) -> list[Triplet]:
         spans = list(source)
         completions = sorted((s for s in spans if s.name == COMPLETION_SPAN), key=lambda s: s.sequence_id)
+        self._check_client_spans(spans, completions)
         rewards = _match_rewards(spans, completions)
         return [
             Triplet(
@@ -55,6 +71,18 @@ class EndpointTraceToTriplet(TraceToTripletBase):
             )
             for span in completions
         ]
+
+
+    def _check_client_spans(self, spans: Sequence[Span], completions: Sequence[Span]) -> None:
+        recorded = {tuple(_ints(c.attributes.get(RESPONSE_IDS))) for c in completions}
+        for span in spans:
+            traced = tuple(_ints(span.attributes.get(CLIENT_RESPONSE_IDS)))
+            if not traced or not CLIENT_LLM_CALL.search(span.name) or span.name == COMPLETION_SPAN:
+                continue
+            if traced not in recorded and recorded:
+                self.disagreements += 1
+                message = "rollout %s: a client-traced reply of %d tokens matches no endpoint record"
+                logger.warning(message, span.rollout_id, len(traced))
 
 
 def _ints(value: object) -> Sequence[object]:

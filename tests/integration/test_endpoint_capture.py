@@ -286,3 +286,21 @@ async def test_the_client_side_source_keeps_only_the_policys_calls_and_rejects_f
     assert not result.rejections
     assert transition.ac == sampler.outputs[0].tokens
     assert transition.reward == 1.0
+
+
+async def test_a_client_traced_reply_that_no_record_matches_is_counted(
+    store: agl.InMemoryLightningStore, endpoint: PolicyEndpoint, renderer: renderers.Renderer
+) -> None:
+    sampler = CharSampler(renderer, ["I'm 42."])
+    endpoint.set_sampler(sampler)
+    (rollout_id,) = await run(store, capture_agents.openai_async_agent, [{"question": QUESTION, "answer": "42"}])
+    spans = list(await store.query_spans(rollout_id, "latest"))
+    adapter = EndpointTraceToTriplet()
+
+    adapter.adapt(spans)
+    assert adapter.disagreements == 0, "the openai client's own span carries the same ids as the record"
+    forged = agl.Span.from_attributes(
+        attributes={"response_token_ids": [1, 2, 3]}, rollout_id=rollout_id, name="openai.chat.completion"
+    )
+    adapter.adapt([*spans, forged])
+    assert adapter.disagreements == 1

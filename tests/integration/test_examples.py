@@ -451,15 +451,30 @@ async def test_each_example_trains_two_batches_on_the_tiny_model(
         assert len(judge.requests) >= 8  # every rollout asked the judge
 
 
-def test_the_sync_multiturn_example_trains_through_agl_trainer_fit(tmp_path: Path, model_dir: Path) -> None:
+@pytest.mark.parametrize(
+    ("name", "agent"),
+    [
+        ("multiturn", "guess_number_sync"),
+        ("multiturn", "guess_number"),
+        ("tools", "calculator_agent"),
+        ("judge", "judged_agent"),
+        ("litellm_client", "echo_agent"),
+        ("streaming", "letter_count_agent"),
+    ],
+)
+def test_each_example_trains_through_agl_trainer_fit(
+    tmp_path: Path, model_dir: Path, judge: JudgeServer, monkeypatch: pytest.MonkeyPatch, name: str, agent: str
+) -> None:
+    import importlib
+
     from app.agl_algorithm import Tinker
     from app.config import load_config
     from app.launch import free_port
-    from examples.multiturn.agent import guess_number_sync
 
-    overrides = train_overrides(tmp_path, model_dir, "multiturn", "guess_number_sync")
+    monkeypatch.setenv("JUDGE_BASE_URL", judge.url)  # the trainer's runner processes inherit it
+    overrides = train_overrides(tmp_path, model_dir, name, agent)
     cfg = load_config(None, [o for o in overrides if not o.startswith(("agent=", "tasks=", "n_runners="))]).unwrap()
-    tasks = [json.loads(line) for line in (ROOT / "examples/multiturn/tasks.jsonl").read_text().splitlines()]
+    tasks = [json.loads(line) for line in (ROOT / "examples" / name / "tasks.jsonl").read_text().splitlines()]
     trainer = agl.Trainer(
         algorithm=Tinker(cfg),
         n_runners=1,
@@ -467,7 +482,7 @@ def test_the_sync_multiturn_example_trains_through_agl_trainer_fit(tmp_path: Pat
         runner=agl.LitAgentRunner(tracer=agl.AgentOpsTracer(), poll_interval=0.05),
     )
 
-    trainer.fit(guess_number_sync, train_dataset=tasks[:4], val_dataset=None)
+    trainer.fit(getattr(importlib.import_module(f"examples.{name}.agent"), agent), train_dataset=tasks[:4])
 
     lines = batch_lines(tmp_path / "run")
     assert [m["progress/batch"] for m in lines] == [0, 1]
