@@ -405,7 +405,7 @@ def batch_lines(run_dir: Path) -> list[dict[str, Any]]:
 
 def train_overrides(tmp_path: Path, model_dir: Path, name: str, agent: str) -> list[str]:
     return [
-        f"agent=examples.{name}.agent:{agent}",
+        f"agent=examples.{name}.{'hello' if name == 'hello' else 'agent'}:{agent}",
         f"tasks={ROOT / 'examples' / name / 'tasks.jsonl'}",
         f"log_path={tmp_path / 'run'}",
         f"policy.model_path={model_dir}",
@@ -424,6 +424,7 @@ def train_overrides(tmp_path: Path, model_dir: Path, name: str, agent: str) -> l
 @pytest.mark.parametrize(
     ("name", "agent"),
     [
+        ("hello", "hello"),
         ("multiturn", "guess_number"),
         ("tools", "calculator_agent"),
         ("judge", "judged_agent"),
@@ -454,6 +455,7 @@ async def test_each_example_trains_two_batches_on_the_tiny_model(
 @pytest.mark.parametrize(
     ("name", "agent"),
     [
+        ("hello", "hello"),
         ("multiturn", "guess_number_sync"),
         ("multiturn", "guess_number"),
         ("tools", "calculator_agent"),
@@ -482,7 +484,8 @@ def test_each_example_trains_through_agl_trainer_fit(
         runner=agl.LitAgentRunner(tracer=agl.AgentOpsTracer(), poll_interval=0.05),
     )
 
-    trainer.fit(getattr(importlib.import_module(f"examples.{name}.agent"), agent), train_dataset=tasks[:4])
+    module = importlib.import_module(f"examples.{name}.{'hello' if name == 'hello' else 'agent'}")
+    trainer.fit(getattr(module, agent), train_dataset=tasks[:4])
 
     lines = batch_lines(tmp_path / "run")
     assert [m["progress/batch"] for m in lines] == [0, 1]

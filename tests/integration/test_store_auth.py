@@ -39,7 +39,9 @@ async def server() -> AsyncIterator[agl.LightningStoreServer]:
     await served.stop()
 
 
+@pytest.mark.fault
 async def test_requests_without_the_token_get_401_and_with_it_work(server: agl.LightningStoreServer) -> None:
+    """unauthenticated store access (no token, wrong token, a fake LLM resource) -> 401, nothing lands"""
     async with httpx.AsyncClient() as http:
         base = server.endpoint + "/v1/agl"
         assert (await http.get(base + "/health")).status_code == 200  # the liveness probe stays open
@@ -77,7 +79,9 @@ async def test_runner_processes_with_the_token_execute_rollouts_and_export_their
     await client.close()
 
 
+@pytest.mark.fault
 def test_the_cli_store_beyond_loopback_generates_a_token_and_refuses_requests_without_it() -> None:
+    """`agl-tinker store --host 0.0.0.0` without a token -> one is generated; requests without it get 401"""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "AGL_TINKER_STORE_TOKEN"}
     env |= {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "TINKER_TELEMETRY": "0"}
@@ -105,7 +109,9 @@ def test_the_cli_store_beyond_loopback_generates_a_token_and_refuses_requests_wi
             process.kill()
 
 
+@pytest.mark.fault
 def test_runner_processes_exit_when_their_trainer_is_killed(tmp_path: Path) -> None:
+    """trainer kill -9 -> its runner processes exit within seconds (no orphan can serve a later run)"""
     script = tmp_path / "parent.py"
     script.write_text(
         "import sys, time\n"
