@@ -4,6 +4,12 @@ A ``LitAgentRunner`` runs one rollout at a time per process (its tracer is proce
 parallel rollouts come from several runner processes attached to a store over HTTP, the way a
 distributed deployment runs them. The runners poll the store every ``poll_interval`` seconds when
 idle; the default here is 50 ms instead of Agent-lightning's 5 s.
+
+``RunnerProcesses.supervise()`` watches the processes from a thread: a dead one is respawned after
+1 s, 2 s, 4 s... (capped), under a new store worker id so that the loop can tell the rollouts of the
+dead process from the new one's; a slot whose process dies ``max_crashes`` times in a row, each
+within ``crash_window_s`` of its start (agent import included), is given up. It implements
+``ports.runner_pool.RunnerPool``.
 """
 
 from __future__ import annotations
@@ -17,7 +23,8 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
 from typing import Any, cast
 
@@ -120,6 +127,27 @@ def _runner_process(
     asyncio.run(serve())
 
 
+def store_worker_id(worker_id: int) -> str:
+    """The id ``LitAgentRunner`` registers in the store (and puts on its attempts) for ``worker_id``."""
+    return f"Worker-{worker_id}"
+
+
+@dataclass(slots=True)
+class _Slot:
+    """One runner position: its current process and its recent crashes."""
+
+    process: BaseProcess
+    worker_id: int
+    started_at: float = field(default_factory=time.monotonic)
+    quick_crashes: int = 0
+    """Consecutive deaths, each within ``crash_window_s`` of the process's start."""
+    restart_at: float | None = None
+    """While dead: when to respawn (monotonic)."""
+    kill_requested: bool = False
+    """Killed on purpose (hung agent): respawn at once, not counted as a crash."""
+    given_up: bool = False
+
+
 class RunnerProcesses:
     """``n`` runner processes attached to a store by URL (they stand in for other machines)."""
 
@@ -131,6 +159,11 @@ class RunnerProcesses:
         *,
         poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
         token: str | None = None,
+        max_crashes: int = 5,
+        crash_window_s: float = 60.0,
+        backoff_s: float = 1.0,
+        max_backoff_s: float = 30.0,
+        check_interval_s: float = 0.1,
     ) -> None:
         """``token``: the store's shared secret (``adapters.store_auth``), handed to the children in memory."""
         if n < 1:
@@ -138,27 +171,127 @@ class RunnerProcesses:
         load_agent(agent_reference)  # fail here, with a clear message, rather than in n children
         self._context = multiprocessing.get_context("spawn")
         self._stop = MultiprocessingEvent(ctx=self._context)
-        self._processes: Sequence[BaseProcess] = [
-            self._context.Process(
-                target=_runner_process,
-                args=(agent_reference, store_url, worker_id, poll_interval_s, self._stop, token, os.getpid()),
-                name=f"agl-runner-{worker_id}",
-                daemon=True,
-            )
-            for worker_id in range(n)
-        ]
+        self._args = (agent_reference, store_url, poll_interval_s, token)
+        self._max_crashes, self._crash_window_s = max_crashes, crash_window_s
+        self._backoff_s, self._max_backoff_s, self._check_interval_s = backoff_s, max_backoff_s, check_interval_s
+        self._slots = [_Slot(self._process(worker_id), worker_id) for worker_id in range(n)]
+        self._next_worker_id = n
+        self._lock = threading.Lock()
+        self._dead: set[str] = set()
+        self._restarts = 0
+        self._last_exitcode: int | None = None
+        self._stopping = threading.Event()
+        self._supervisor: threading.Thread | None = None
+
+    def _process(self, worker_id: int) -> BaseProcess:
+        agent_reference, store_url, poll_interval_s, token = self._args
+        return self._context.Process(
+            target=_runner_process,
+            args=(agent_reference, store_url, worker_id, poll_interval_s, self._stop, token, os.getpid()),
+            name=f"agl-runner-{worker_id}",
+            daemon=True,
+        )
+
+    @property
+    def _processes(self) -> Sequence[BaseProcess]:
+        return [slot.process for slot in self._slots]
 
     def start(self) -> RunnerProcesses:
-        for process in self._processes:
-            process.start()
+        now = time.monotonic()
+        for slot in self._slots:
+            slot.process.start()
+            slot.started_at = now
         return self
+
+    def supervise(self) -> RunnerProcesses:
+        """Restart dead processes from a background thread until ``stop``."""
+        if self._supervisor is None:
+            self._supervisor = threading.Thread(target=self._supervise, name="agl-runner-supervisor", daemon=True)
+            self._supervisor.start()
+        return self
+
+    def _supervise(self) -> None:
+        while not self._stopping.wait(self._check_interval_s):
+            try:
+                self.check()
+            except Exception:  # a failed spawn must not end supervision; the next pass retries
+                logger.exception("runner supervision pass failed")
+
+    def check(self) -> None:
+        """One supervision pass: note deaths, schedule and perform restarts, give up crash loops."""
+        now = time.monotonic()
+        with self._lock:
+            for slot in self._slots:
+                if slot.given_up or self._stopping.is_set():
+                    continue
+                if slot.restart_at is None:
+                    if slot.process.exitcode is not None:
+                        self._on_death(slot, now)
+                elif now >= slot.restart_at:
+                    slot.worker_id, self._next_worker_id = self._next_worker_id, self._next_worker_id + 1
+                    slot.process = self._process(slot.worker_id)
+                    slot.process.start()
+                    slot.started_at, slot.restart_at = now, None
+                    self._restarts += 1
+
+    def _on_death(self, slot: _Slot, now: float) -> None:
+        code = slot.process.exitcode
+        self._dead.add(store_worker_id(slot.worker_id))
+        if slot.kill_requested:
+            slot.kill_requested, slot.restart_at = False, now
+            return
+        self._last_exitcode = code
+        quick = now - slot.started_at < self._crash_window_s
+        slot.quick_crashes = slot.quick_crashes + 1 if quick else 1
+        if slot.quick_crashes >= self._max_crashes:
+            slot.given_up = True
+            logger.error(
+                "runner %s exited (code %s) %d times in a row; giving it up", slot.worker_id, code, slot.quick_crashes
+            )
+            return
+        delay = min(self._backoff_s * 2 ** (slot.quick_crashes - 1), self._max_backoff_s)
+        slot.restart_at = now + delay
+        logger.warning("runner %s exited (code %s); restarting it in %.0fs", slot.worker_id, code, delay)
+
+    def restart(self, worker_id: str) -> None:
+        """Kill the process serving store worker ``worker_id`` (a hung agent); ``check`` respawns it."""
+        with self._lock:
+            for slot in self._slots:
+                if store_worker_id(slot.worker_id) == worker_id and slot.restart_at is None and not slot.given_up:
+                    slot.kill_requested = True
+                    if slot.process.is_alive():
+                        cast(multiprocessing.Process, slot.process).kill()
 
     @property
     def alive(self) -> int:
         return sum(1 for p in self._processes if p.is_alive())
 
+    @property
+    def restarts(self) -> int:
+        return self._restarts
+
+    @property
+    def given_up(self) -> bool:
+        """Every slot crashed too often: no runner is alive and none will restart."""
+        return all(slot.given_up for slot in self._slots)
+
+    def dead_workers(self) -> Collection[str]:
+        with self._lock:
+            return frozenset(self._dead)
+
+    def describe(self) -> str:
+        given_up = sum(1 for slot in self._slots if slot.given_up)
+        return (
+            f"{self.alive} of {len(self._slots)} runner processes alive, {self._restarts} restarts, "
+            f"{given_up} given up after {self._max_crashes} quick exits in a row; "
+            f"last exit code {self._last_exitcode}"
+        )
+
     def stop(self, timeout_s: float = 10.0) -> None:
         """Ask runners to finish their current rollout and exit; kill those that do not."""
+        self._stopping.set()
+        if self._supervisor is not None:
+            self._supervisor.join(timeout_s)
         self._stop.set()
         for process in self._processes:
             process.join(timeout_s)

@@ -7,6 +7,8 @@ Checkpoint records are ``checkpoints.jsonl`` lines read back with the cookbook's
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -49,13 +51,48 @@ class JsonlCheckpointLog:
 
 
 class CookbookMetricsLog:
-    """``ports.run_log.MetricsLog`` over a cookbook ``ml_log.Logger``."""
+    """``ports.run_log.MetricsLog`` over a cookbook ``ml_log.Logger`` (its ``metrics.jsonl`` in ``log_path``)."""
 
-    def __init__(self, logger: ml_log.Logger) -> None:
+    def __init__(self, logger: ml_log.Logger, log_path: str | Path | None = None) -> None:
         self.logger = logger
+        self.log_path = Path(log_path) if log_path is not None else None
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         self.logger.log_metrics(dict(metrics), step=step)
+
+    def truncate_from(self, step: int) -> None:
+        if self.log_path is not None:
+            truncate_metrics(self.log_path / METRICS_FILE, step)
+
+
+def truncate_metrics(path: Path, step: int) -> int:
+    """Keep the lines of ``path`` logged before ``step``; returns how many were dropped.
+
+    The cookbook's JSON logger appends, so a run resumed from an older checkpoint would log the
+    redone batches twice. The file is rewritten beside itself and swapped in with ``os.replace``:
+    a crash leaves either the old or the new file, never half of one. Lines without a step are
+    kept; a line that does not parse (a write torn by the crash) is dropped.
+    """
+    if not path.is_file():
+        return 0
+    kept: list[str] = []
+    dropped = 0
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            dropped += bool(line.strip())
+            continue
+        logged = record.get("step") if isinstance(record, dict) else None
+        if isinstance(logged, int) and logged >= step:
+            dropped += 1
+        else:
+            kept.append(line)
+    if dropped:
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=path.name, suffix=".tmp", delete=False) as file:
+            file.write("".join(line + "\n" for line in kept))
+        os.replace(file.name, path)
+    return dropped
 
 
 def last_checkpoint(log_path: str | Path) -> Checkpoint | None:

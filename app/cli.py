@@ -51,6 +51,16 @@ def _config(args: argparse.Namespace) -> TrainConfig | ConfigError:
     return config
 
 
+def _preflight(config: TrainConfig) -> int | None:
+    """The exit code of the first problem with the run's files, agent or ports (before the heavy imports)."""
+    from app.preflight import preflight
+
+    match preflight(config):
+        case Failure(problem):
+            return _error(problem.message, problem.exit_code)
+    return None
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     config = _config(args)
     if isinstance(config, ConfigError):
@@ -58,6 +68,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.show_config:
         print(json.dumps(config.model_dump(), indent=2))
         return 0
+    problem = _preflight(config)
+    if problem is not None:
+        return problem
     from app.console import run_training_with_progress
 
     return run_training_with_progress(config, write_plot=not args.no_report)
@@ -67,6 +80,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     config = _config(args)
     if isinstance(config, ConfigError):
         return _error(str(config), EXIT_CONFIG)
+    problem = _preflight(config)
+    if problem is not None:
+        return problem
     from app.console import run_evaluation
 
     return run_evaluation(config, args.checkpoint)

@@ -118,6 +118,8 @@ class TrainConfig(_Frozen):
 
     store_url: str | None = None
     """Unset: an embedded store served on 127.0.0.1 for the runners. Set: an ``agl store`` URL."""
+    outage_tolerance_s: float = Field(default=120.0, ge=0)
+    """How long the trainer rides out a store it cannot reach (a restart, a dropped link) before it fails."""
     store_port: int | None = Field(default=None, ge=1, le=65535)
     """Embedded store's port (unset: a free one)."""
     n_runners: int = Field(default=4, ge=0)
@@ -127,7 +129,10 @@ class TrainConfig(_Frozen):
     concurrency: int = Field(default=64, ge=1)
     """Rollouts in the store at once, across the batch's groups."""
     rollout_timeout_s: float = Field(default=120.0, gt=0)
-    """Deadline of one rollout; past it the rollout is cancelled and counted as timed out."""
+    """Deadline of one rollout from when a runner starts it; past it the rollout is cancelled and counted as timed
+    out (the runner process of a hung agent is restarted)."""
+    queue_timeout_s: float = Field(default=600.0, gt=0)
+    """Longest wait for a runner to take a queued rollout (generous: runners may be slow to start)."""
     trajectory_source: Literal["endpoint", "client"] = "endpoint"
     """``endpoint``: what the policy endpoint recorded it served (any client, streaming, helper LLMs
     never trained). ``client``: the agent's client-side OpenAI spans (``TracerTraceToTriplet``, as the original)."""

@@ -20,13 +20,25 @@ from adapters.tinker_backend import TinkerError
 from app.config import TrainConfig
 from app.launch import LaunchError, open_run, store_launcher_args, train
 from app.report import write_report
+from app.rollouts import NoRunners
 from app.training import REWARD_KEY, NothingToTrain, TrainingHooks, evaluate
 from domain.groups import RolloutResult
+from ports.rollout_store import StoreUnavailable
 
 EXIT_RUNTIME = 1
 console = Console(stderr=True)
 
-_EXPECTED = (LaunchError, EndpointError, TinkerError, NothingToTrain, FileNotFoundError, ValueError, OSError)
+_EXPECTED = (
+    LaunchError,
+    EndpointError,
+    TinkerError,
+    NothingToTrain,
+    NoRunners,
+    StoreUnavailable,
+    FileNotFoundError,
+    ValueError,
+    OSError,
+)
 
 
 def _fail(error: BaseException) -> int:

@@ -31,7 +31,7 @@ from tinker_cookbook.tokenizer_utils import get_tokenizer
 from tinker_cookbook.utils import ml_log
 
 from adapters.agl_runners import RunnerProcesses, load_agent
-from adapters.agl_store import AglRolloutStore, AglTripletSource
+from adapters.agl_store import AglRolloutStore, AglTripletSource, OutagePolicy
 from adapters.client_triplets import PolicyCallsOnly
 from adapters.cookbook_env import AGLDataset, AGLDummyEnv, AGLDummyEnvGroupBuilder, read_task_file
 from adapters.cookbook_groups import CookbookGroups
@@ -54,6 +54,7 @@ from app.training import (
 from domain.batching import split_train_val
 from domain.sampling import SamplingDefaults
 from ports.policy import LossName, Trainer
+from ports.runner_pool import RunnerPool
 from ports.training_data import KLPenalty
 
 logger = logging.getLogger(__name__)
@@ -233,7 +234,9 @@ async def open_store(config: TrainConfig) -> AsyncIterator[tuple[agl.LightningSt
     """
     if config.store_url is not None:
         token = store_token(generate=False)
-        client = TokenStoreClient(config.store_url, token)
+        # No /health probing between the client's own retries: it logs an ERROR line per failed call, and
+        # AglRolloutStore rides out outages itself (one warning when one starts, one when it ends).
+        client = TokenStoreClient(config.store_url, token, health_retry_delays=())
         try:
             await asyncio.wait_for(client.query_rollouts(limit=1), STORE_CONNECT_TIMEOUT_S)
         except Exception as error:  # timeout, refused connection, HTTP error: all mean unusable
@@ -282,8 +285,13 @@ def open_logger(config: TrainConfig) -> ml_log.Logger:
     return ml_logger
 
 
-def training_settings(config: TrainConfig, vocab_size: int | None = None) -> TrainingSettings:
-    """The loop's settings from the run's config; ``vocab_size`` (the policy tokenizer's) rejects other models' ids."""
+def training_settings(
+    config: TrainConfig, vocab_size: int | None = None, runners: RunnerPool | None = None
+) -> TrainingSettings:
+    """The loop's settings from the run's config; ``vocab_size`` (the policy tokenizer's) rejects other models' ids.
+
+    ``runners``: the runner processes this run supervises (their deaths end rollouts at once).
+    """
     warm = config.warm_start
     return TrainingSettings(
         log_path=config.log_path,
@@ -293,7 +301,11 @@ def training_settings(config: TrainConfig, vocab_size: int | None = None) -> Tra
         kl=KLPenalty(config.kl_penalty_coef, config.kl_discount_factor),
         remove_constant_reward_groups=config.remove_constant_reward_groups,
         rollouts=RolloutOptions(
-            rollout_timeout_s=config.rollout_timeout_s, concurrency=config.concurrency, vocab_size=vocab_size
+            rollout_timeout_s=config.rollout_timeout_s,
+            queue_timeout_s=config.queue_timeout_s,
+            concurrency=config.concurrency,
+            vocab_size=vocab_size,
+            runners=runners,
         ),
         eval_every=config.eval_every,
         eval_temperature=config.eval_temperature,
@@ -339,13 +351,13 @@ async def open_run(config: TrainConfig) -> AsyncIterator[Run]:
         except ValueError as error:
             raise LaunchError(str(error)) from error
     train_tasks, test_tasks = split_tasks(config)
-    async with (
-        open_store(config) as (store, url, token),
-        open_run_on_store(config, store, train_tasks, test_tasks) as run,
-    ):
+    async with open_store(config) as (store, url, token):
         runners = RunnerProcesses(config.agent, url, config.n_runners, token=token) if config.n_runners > 0 else None
-        with runners or contextlib.nullcontext():
-            yield run
+        async with open_run_on_store(config, store, train_tasks, test_tasks, runners=runners) as run:
+            with runners or contextlib.nullcontext():
+                if runners is not None:
+                    runners.supervise()
+                yield run
 
 
 def is_thread_safe(store: agl.LightningStore) -> bool:
@@ -362,12 +374,14 @@ async def open_run_on_store(
     test_tasks: Sequence[Any],
     *,
     client_adapter: agl.TraceToTripletBase | None = None,
+    runners: RunnerPool | None = None,
 ) -> AsyncIterator[Run]:
     """A run's backend, endpoint and logger on a store that others serve and feed runners to.
 
     Starts no store server and no runner (``agl.Trainer`` does both for ``app.agl_algorithm``);
     the tasks are used exactly as given, the test tasks rolled out once each. ``client_adapter``
-    reads the agent's spans when ``trajectory_source`` is ``client``.
+    reads the agent's spans when ``trajectory_source`` is ``client``; ``runners``, the runner processes the
+    caller supervises (``None``: runners elsewhere).
     """
     if not is_thread_safe(store):
         raise LaunchError(
@@ -397,17 +411,17 @@ async def open_run_on_store(
             ml_logger = open_logger(config)
             stack.callback(ml_logger.close)
             parts: AglTrainingParts = TrainingParts(
-                settings=training_settings(config, vocab_size=len(backend.renderer.tokenizer)),
+                settings=training_settings(config, vocab_size=len(backend.renderer.tokenizer), runners=runners),
                 trainer=backend.trainer,
                 server=endpoint,
-                store=AglRolloutStore(store),
+                store=AglRolloutStore(store, OutagePolicy(tolerance_s=config.outage_tolerance_s)),
                 triplets=AglTripletSource(trace_adapter(config, client_adapter)),
                 assembler=CookbookGroups(),
                 data=CookbookTrainingData(),
                 dataset=dataset,
                 test_dataset=test_dataset,
                 checkpoints=JsonlCheckpointLog(config.log_path),
-                metrics=CookbookMetricsLog(ml_logger),
+                metrics=CookbookMetricsLog(ml_logger, config.log_path),
                 warm_start_data=[supervised_datum(chat, backend.renderer) for chat in chats],
             )
             yield Run(parts=parts, endpoint=endpoint, renderer=backend.renderer, store=store)

@@ -3,8 +3,13 @@
 One loop owns the whole batch. Each tick makes a single ``terminal_statuses`` call for every
 pending rollout (no per-rollout polling, no blocking waits); the tick starts at tens of
 milliseconds and backs off while nothing changes. At most ``concurrency`` rollouts are in the store
-at once. Every rollout has a deadline: one that no runner finishes in time is cancelled in the
-store and reported as ``timed_out`` without holding up the others. A terminal status is
+at once. Every rollout has two deadlines: ``queue_timeout_s`` to be taken by a runner (a runner
+starting up slowly loses nothing), then ``rollout_timeout_s`` from the moment its attempt started
+(the store's ``start_time``; one batched ``taken`` call per tick while some rollout still waits). A
+rollout that misses either is cancelled in the store and reported as ``timed_out`` without holding up
+the others. With a ``RunnerPool`` (runner processes this run started), a rollout whose runner process
+died ends at once as ``failed``, a hung agent's process is restarted, and a pool that gave up every
+runner ends the batch with ``NoRunners`` within a tick. A terminal status is
 snapshotted the first time it is seen; later flips in the store are ignored.
 """
 
@@ -19,10 +24,23 @@ from dataclasses import dataclass, field
 from domain.groups import TIMED_OUT, RolloutResult
 from domain.trajectory import EMPTY_TRAJECTORY, RewardPolicy, reconstruct_trajectory
 from ports.rollout_store import RetryPolicy, RolloutRequest, RolloutStore, SpanT, TripletSource
+from ports.runner_pool import RunnerPool
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_ROLLOUT_TIMEOUT_S = 600.0
+DEFAULT_QUEUE_TIMEOUT_S = 600.0
+
+QUEUE_TIMEOUT = "queue_timeout"
+"""``RolloutResult.reason``: no runner took the rollout within ``queue_timeout_s``."""
+RUN_TIMEOUT = "run_timeout"
+"""``RolloutResult.reason``: the runner did not finish within ``rollout_timeout_s`` of starting it."""
+RUNNER_DIED = "runner_died"
+"""``RolloutResult.reason``: the runner process executing it died (status ``failed``)."""
+
+
+class NoRunners(RuntimeError):
+    """Every runner process of the run died repeatedly and was given up: no rollout can run."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +48,9 @@ class RolloutOptions:
     """How a batch of rollouts is driven."""
 
     rollout_timeout_s: float = DEFAULT_ROLLOUT_TIMEOUT_S
-    """Deadline per rollout, from its enqueue; past it the rollout is cancelled as ``timed_out``."""
+    """Deadline per rollout, from when a runner starts it; past it the rollout is cancelled as ``timed_out``."""
+    queue_timeout_s: float = DEFAULT_QUEUE_TIMEOUT_S
+    """Longest wait in the queue for a runner to take the rollout (generous: runners may start slowly)."""
     concurrency: int = 16
     """Most rollouts queued or running in the store at once (across all groups of a batch)."""
     min_tick_s: float = 0.02
@@ -40,10 +60,14 @@ class RolloutOptions:
     reward_policy: RewardPolicy = field(default_factory=RewardPolicy)
     vocab_size: int | None = None
     """The policy's vocabulary: triplets with ids beyond it are rejected (another model's calls)."""
+    runners: RunnerPool | None = field(default=None, compare=False)
+    """The runner processes this run supervises; ``None`` when runners live elsewhere (nothing to watch)."""
 
     def __post_init__(self) -> None:
         if self.rollout_timeout_s <= 0:
             raise ValueError(f"rollout_timeout_s must be positive, got {self.rollout_timeout_s}")
+        if self.queue_timeout_s <= 0:
+            raise ValueError(f"queue_timeout_s must be positive, got {self.queue_timeout_s}")
         if self.concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {self.concurrency}")
         if not 0 < self.min_tick_s <= self.max_tick_s:
@@ -63,6 +87,17 @@ class RolloutStats:
 OnResult = Callable[[int, RolloutResult], None]
 
 
+@dataclass(slots=True)
+class _Pending:
+    """A rollout in the store: its place in the batch and its current deadline (queue, then run)."""
+
+    index: int
+    enqueued_at: float
+    deadline: float
+    started: bool = False
+    worker_id: str | None = None
+
+
 async def run_rollouts(
     requests: Sequence[RolloutRequest],
     *,
@@ -72,10 +107,14 @@ async def run_rollouts(
     on_result: OnResult | None = None,
     stats: RolloutStats | None = None,
 ) -> list[RolloutResult]:
-    """Run every request to a terminal status or its deadline; results come back in input order."""
+    """Run every request to a terminal status or its deadline; results come back in input order.
+
+    Raises ``NoRunners`` when ``options.runners`` has given up every runner process.
+    """
     stats = stats if stats is not None else RolloutStats()
     results: list[RolloutResult | None] = [None] * len(requests)
-    pending: dict[str, tuple[int, float]] = {}
+    pending: dict[str, _Pending] = {}
+    runners = options.runners
     next_request = 0
     tick = options.min_tick_s
 
@@ -90,16 +129,28 @@ async def run_rollouts(
         trajectory = reconstruct_trajectory(triplets.adapt(spans), options.reward_policy, options.vocab_size)
         record(index, RolloutResult(rollout_id=rollout_id, status=status, trajectory=trajectory))
 
+    async def give_up(rollout_ids: Sequence[str], status: str, reason: str) -> None:
+        await store.cancel(rollout_ids)
+        stats.store_calls += len(rollout_ids)
+        for rid in rollout_ids:
+            entry = pending.pop(rid)
+            record(entry.index, RolloutResult(rid, status, EMPTY_TRAJECTORY, reason))
+
     while next_request < len(requests) or pending:
+        if runners is not None and runners.given_up:
+            await store.cancel(list(pending))  # nobody will run them; do not leave them queued
+            raise NoRunners(f"no runner process left to run rollouts ({runners.describe()})")
         progressed = False
         free = options.concurrency - len(pending)
         if free > 0 and next_request < len(requests):
             chunk = requests[next_request : next_request + free]
             ids = await store.enqueue_many(chunk, options.retry)
             stats.store_calls += 1
-            deadline = time.monotonic() + options.rollout_timeout_s
+            enqueued_at = time.monotonic()
             for offset, rollout_id in enumerate(ids):
-                pending[rollout_id] = (next_request + offset, deadline)
+                pending[rollout_id] = _Pending(
+                    next_request + offset, enqueued_at, enqueued_at + options.queue_timeout_s
+                )
             next_request += len(chunk)
             progressed = True
 
@@ -107,22 +158,49 @@ async def run_rollouts(
         stats.store_calls += 1
         if terminal:
             progressed = True
-            done = [(pending.pop(rid), rid, status) for rid, status in terminal.items() if rid in pending]
-            await asyncio.gather(*(finish(index, rid, status) for (index, _), rid, status in done))
+            done = [(pending.pop(rid).index, rid, status) for rid, status in terminal.items() if rid in pending]
+            await asyncio.gather(*(finish(index, rid, status) for index, rid, status in done))
+
+        waiting = [rid for rid, entry in pending.items() if not entry.started]
+        if waiting:
+            taken = await store.taken(waiting)
+            stats.store_calls += 1
+            now, wall = time.monotonic(), time.time()
+            for rid, attempt in taken.items():
+                entry = pending.get(rid)
+                if entry is None or entry.started:
+                    continue
+                # The store's clock may be another machine's: trust its age only within the time since enqueue.
+                running_for = min(max(0.0, wall - attempt.started_at), now - entry.enqueued_at)
+                entry.started, entry.worker_id = True, attempt.worker_id
+                entry.deadline = now - running_for + options.rollout_timeout_s
+
+        if runners is not None:
+            dead = runners.dead_workers()
+            lost = [rid for rid, entry in pending.items() if entry.worker_id is not None and entry.worker_id in dead]
+            if lost:
+                progressed = True
+                logger.warning("runner process of %d rollout(s) died; ending them: %s", len(lost), ", ".join(lost))
+                await give_up(lost, "failed", RUNNER_DIED)
 
         now = time.monotonic()
-        expired = [rid for rid, (_, deadline) in pending.items() if deadline <= now]
+        expired = [(rid, entry) for rid, entry in pending.items() if entry.deadline <= now]
         if expired:
             progressed = True
-            await store.cancel(expired)
-            stats.store_calls += len(expired)
-            for rid in expired:
-                index, _ = pending.pop(rid)
-                logger.warning("rollout %s passed its %.1fs deadline; cancelled", rid, options.rollout_timeout_s)
-                record(index, RolloutResult(rollout_id=rid, status=TIMED_OUT, trajectory=EMPTY_TRAJECTORY))
+            for rid, entry in expired:
+                if entry.started:
+                    logger.warning("rollout %s ran past its %.1fs deadline; cancelled", rid, options.rollout_timeout_s)
+                    if runners is not None and entry.worker_id is not None:
+                        runners.restart(entry.worker_id)  # its agent hangs, and nothing can stop it but a restart
+                else:
+                    logger.warning("rollout %s waited %.1fs for a runner; cancelled", rid, options.queue_timeout_s)
+            for started in (True, False):
+                same_kind = [rid for rid, entry in expired if entry.started is started]
+                if same_kind:
+                    await give_up(same_kind, TIMED_OUT, RUN_TIMEOUT if started else QUEUE_TIMEOUT)
 
         if pending:
             tick = options.min_tick_s if progressed else min(tick * 2, options.max_tick_s)
-            nearest = min(deadline for _, deadline in pending.values()) - time.monotonic()
+            nearest = min(entry.deadline for entry in pending.values()) - time.monotonic()
             await asyncio.sleep(max(0.0, min(tick, nearest)))
     return [r for r in results if r is not None]

@@ -229,6 +229,7 @@ async def run_training(
             reference = await _load_reference(parts, log)
         await parts.trainer.load_state(resume.state_path)
         start = resume.batch
+        parts.metrics.truncate_from(start)  # batches after the checkpoint are redone: log them once
         log(f"resuming after batch {start} from {resume.state_path}")
     else:
         start = 0

@@ -38,6 +38,8 @@ class RolloutResult:
     status: str
     """Terminal status as first seen (``succeeded``/``failed``/``cancelled``/``timed_out``/...)."""
     trajectory: ReconstructedTrajectory
+    reason: str = ""
+    """Why the loop ended it itself: ``queue_timeout``, ``run_timeout`` or ``runner_died`` ("" otherwise)."""
 
 
 def is_trainable(result: RolloutResult, failed: FailedRolloutPolicy, reward: RewardPolicy) -> bool:

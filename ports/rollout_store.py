@@ -12,6 +12,14 @@ from typing import Protocol, TypeVar
 
 from domain.triplets import RawTriplet
 
+LOST = "lost"
+"""Terminal status of a rollout the store no longer knows (it came back empty after an outage)."""
+
+
+class StoreUnavailable(RuntimeError):
+    """The store stayed unreachable longer than the run tolerates; the message names it and for how long."""
+
+
 SpanT = TypeVar("SpanT")
 SpanT_co = TypeVar("SpanT_co", covariant=True)
 SpanT_contra = TypeVar("SpanT_contra", contravariant=True)
@@ -39,6 +47,15 @@ class RolloutRequest:
     resources_id: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class TakenRollout:
+    """A rollout a runner has taken: when its current attempt started and which worker runs it."""
+
+    started_at: float
+    """Store's wall-clock time (seconds since the epoch) at which the attempt started."""
+    worker_id: str | None
+
+
 class RolloutStore(Protocol[SpanT_co]):
     """Queue of rollouts that runners elsewhere execute and trace, and the resources they use."""
 
@@ -51,7 +68,15 @@ class RolloutStore(Protocol[SpanT_co]):
         ...
 
     async def terminal_statuses(self, rollout_ids: Sequence[str]) -> Mapping[str, str]:
-        """The subset of ``rollout_ids`` that is terminal now, with its status; one call, no waiting."""
+        """The subset of ``rollout_ids`` that is terminal now, with its status; one call, no waiting.
+
+        Ids the store has forgotten (it restarted empty) come back as ``LOST`` so that no batch waits
+        for them. Every method may raise ``StoreUnavailable`` once the store stays unreachable.
+        """
+        ...
+
+    async def taken(self, rollout_ids: Sequence[str]) -> Mapping[str, TakenRollout]:
+        """The subset of ``rollout_ids`` that a runner has taken (out of the queue); one call."""
         ...
 
     async def latest_spans(self, rollout_id: str) -> Sequence[SpanT_co]:

@@ -43,3 +43,7 @@ class MetricsLog(Protocol):
     """One line of metrics per step."""
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None: ...
+
+    def truncate_from(self, step: int) -> None:
+        """Forget the lines of ``step`` and later: a resumed run logs them again, so none is doubled."""
+        ...

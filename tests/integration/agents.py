@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import agentlightning as agl
@@ -25,3 +26,11 @@ async def answer_agent(task: dict[str, str], llm: agl.LLM) -> None:
         model=llm.model, messages=[{"role": "user", "content": task["question"]}], max_tokens=16
     )
     agl.emit_reward(1.0 if task["answer"] in (reply.choices[0].message.content or "") else 0.0)
+
+
+@agl.rollout
+def crashing_agent(task: dict[str, float], llm: agl.LLM) -> float:
+    """Ends its own process on the tasks that say so, the way a native crash or an OOM kill does."""
+    if task.get("crash"):
+        os._exit(1)
+    return task["reward"]

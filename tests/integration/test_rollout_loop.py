@@ -12,7 +12,7 @@ from agentlightning.execution import ThreadingEvent
 
 from adapters.agl_runners import run_runner
 from adapters.agl_store import AglRolloutStore, AglTripletSource
-from app.rollouts import RolloutOptions, RolloutStats, run_rollouts
+from app.rollouts import QUEUE_TIMEOUT, RolloutOptions, RolloutStats, run_rollouts
 from domain.groups import TIMED_OUT
 from ports.rollout_store import RolloutRequest
 from tests.integration.agents import reward_only
@@ -54,7 +54,7 @@ def requests(resources_id: str, *tasks: dict[str, float]) -> list[RolloutRequest
     return [RolloutRequest(task=t, mode="train", resources_id=resources_id) for t in tasks]
 
 
-async def test_a_rollout_no_runner_picks_up_ends_at_its_deadline(
+async def test_a_rollout_no_runner_picks_up_ends_at_its_queue_deadline(
     store: agl.InMemoryLightningStore, resources_id: str
 ) -> None:
     started = time.monotonic()
@@ -62,10 +62,11 @@ async def test_a_rollout_no_runner_picks_up_ends_at_its_deadline(
         requests(resources_id, {"reward": 1.0}, {"reward": 0.0}),
         store=AglRolloutStore(store),
         triplets=AglTripletSource(agl.TracerTraceToTriplet()),
-        options=RolloutOptions(rollout_timeout_s=0.3),
+        options=RolloutOptions(rollout_timeout_s=60, queue_timeout_s=0.3),
     )
     assert time.monotonic() - started < 5.0
     assert [r.status for r in results] == [TIMED_OUT, TIMED_OUT]
+    assert [r.reason for r in results] == [QUEUE_TIMEOUT, QUEUE_TIMEOUT]
     for result in results:
         rollout = await store.get_rollout_by_id(result.rollout_id)
         assert rollout is not None and rollout.status == "cancelled"
@@ -107,3 +108,18 @@ async def test_concurrency_caps_rollouts_in_the_store_and_one_call_checks_all(
     assert [r.status for r in results] == ["succeeded"] * 6
     assert max(counting.pending_sizes) == 2
     assert len(await store.query_rollouts()) == 6
+
+
+@pytest.mark.usefixtures("runner")
+async def test_the_running_deadline_counts_from_when_the_runner_takes_the_rollout(
+    store: agl.InMemoryLightningStore, resources_id: str
+) -> None:
+    """Three 0.4 s rollouts on one runner finish under a 0.7 s deadline: the later ones wait, unbilled, in the queue."""
+    results = await run_rollouts(
+        requests(resources_id, *({"reward": 1.0, "sleep_s": 0.4} for _ in range(3))),
+        store=AglRolloutStore(store),
+        triplets=AglTripletSource(agl.TracerTraceToTriplet()),
+        options=RolloutOptions(rollout_timeout_s=0.7, queue_timeout_s=30),
+    )
+    assert [r.status for r in results] == ["succeeded"] * 3
+

@@ -1,0 +1,160 @@
+"""Runner processes that crash, hang or start slowly: the loop ends their rollouts promptly and keeps going.
+
+Each test serves a store over HTTP on 127.0.0.1 and supervises real runner processes (spawned, so each
+start imports Agent-lightning: seconds). Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import time
+from collections.abc import AsyncIterator
+
+import agentlightning as agl
+import pytest
+
+from adapters.agl_runners import RunnerProcesses
+from adapters.agl_store import AglRolloutStore, AglTripletSource
+from app.rollouts import RUN_TIMEOUT, RUNNER_DIED, NoRunners, OnResult, RolloutOptions, run_rollouts
+from domain.groups import TIMED_OUT, RolloutResult
+from ports.rollout_store import RolloutRequest
+
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[agl.LightningStoreServer]:
+    served = agl.LightningStoreServer(agl.InMemoryLightningStore(), host="127.0.0.1", port=free_port())
+    await served.start()
+    yield served
+    await served.stop()
+
+
+@pytest.fixture
+async def client(server: agl.LightningStoreServer) -> AsyncIterator[agl.LightningStoreClient]:
+    store = agl.LightningStoreClient(server.endpoint)
+    yield store
+    await store.close()
+
+
+async def run(
+    client: agl.LightningStoreClient,
+    runners: RunnerProcesses,
+    options: RolloutOptions,
+    *tasks: dict[str, float],
+    on_result: OnResult | None = None,
+) -> list[RolloutResult]:
+    update = await client.add_resources({"main_llm": agl.LLM(endpoint="http://127.0.0.1:9/v1", model="none")})
+    requests = [RolloutRequest(task=t, mode="train", resources_id=update.resources_id) for t in tasks]
+    return await asyncio.wait_for(
+        run_rollouts(
+            requests,
+            store=AglRolloutStore(client),
+            triplets=AglTripletSource(agl.TracerTraceToTriplet()),
+            options=RolloutOptions(
+                rollout_timeout_s=options.rollout_timeout_s,
+                queue_timeout_s=options.queue_timeout_s,
+                concurrency=len(tasks),
+                runners=runners,
+            ),
+            on_result=on_result,
+        ),
+        timeout=90,
+    )
+
+
+@pytest.mark.fault
+async def test_a_runner_killed_mid_rollout_is_restarted_and_its_rollout_ends_at_once(
+    server: agl.LightningStoreServer, client: agl.LightningStoreClient
+) -> None:
+    """runner SIGKILL mid-rollout -> its rollout ends at once (runner_died), the runner restarts, the batch ends"""
+    runners = RunnerProcesses("tests.integration.agents:reward_only", server.endpoint, 1, backoff_s=0.2)
+    killed_at: list[float] = []
+    ended_at: dict[int, float] = {}
+
+    async def kill_once_taken() -> None:
+        while not await client.query_rollouts(status_in=["preparing", "running"]):
+            await asyncio.sleep(0.05)
+        pid = runners._processes[0].pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        killed_at.append(time.monotonic())
+
+    with runners:
+        runners.supervise()
+        killer = asyncio.create_task(asyncio.wait_for(kill_once_taken(), 60))
+        results = await run(
+            client,
+            runners,
+            RolloutOptions(rollout_timeout_s=60),
+            {"reward": 1.0, "sleep_s": 30.0},
+            {"reward": 1.0},
+            {"reward": 0.0},
+            on_result=lambda index, _: ended_at.setdefault(index, time.monotonic()),
+        )
+        await killer
+        assert runners.restarts == 1 and runners.alive == 1
+    assert [(r.status, r.reason) for r in results] == [("failed", RUNNER_DIED), ("succeeded", ""), ("succeeded", "")]
+    assert ended_at[0] - killed_at[0] < 3, "the killed rollout ended at once, not at its 60 s deadline"
+
+
+@pytest.mark.fault
+async def test_runners_that_die_on_every_rollout_end_the_batch_with_one_line(
+    server: agl.LightningStoreServer, client: agl.LightningStoreClient
+) -> None:
+    """all runners die on every rollout -> they are given up and the batch ends with one NoRunners line"""
+    runners = RunnerProcesses(
+        "tests.integration.agents:crashing_agent", server.endpoint, 1, max_crashes=2, backoff_s=0.2
+    )
+    started = time.monotonic()
+    with runners, pytest.raises(NoRunners) as caught:
+        runners.supervise()
+        await run(client, runners, RolloutOptions(rollout_timeout_s=300, queue_timeout_s=300), *[{"crash": 1.0}] * 4)
+    assert time.monotonic() - started < 80, "ended long before any deadline"
+    assert runners.given_up and runners.alive == 0
+    message = str(caught.value)
+    assert "\n" not in message and "0 of 1 runner processes alive" in message, message
+
+
+@pytest.mark.fault
+async def test_a_hung_agent_times_out_at_the_running_deadline_and_its_runner_is_restarted(
+    server: agl.LightningStoreServer, client: agl.LightningStoreClient
+) -> None:
+    """hanging agent -> timed out at the running deadline, its runner restarted, later rollouts succeed"""
+    runners = RunnerProcesses("tests.integration.agents:reward_only", server.endpoint, 1, backoff_s=0.2)
+    with runners:
+        runners.supervise()
+        results = await run(
+            client,
+            runners,
+            RolloutOptions(rollout_timeout_s=3, queue_timeout_s=120),
+            {"reward": 1.0, "sleep_s": 3600.0},
+            {"reward": 1.0},
+            {"reward": 0.5},
+        )
+        assert runners.restarts == 1 and not runners.given_up
+    assert [(r.status, r.reason) for r in results] == [(TIMED_OUT, RUN_TIMEOUT), ("succeeded", ""), ("succeeded", "")]
+
+
+@pytest.mark.fault
+async def test_a_runner_slower_to_start_than_the_deadline_loses_no_rollout(
+    server: agl.LightningStoreServer, client: agl.LightningStoreClient
+) -> None:
+    """runner start-up slower than the rollout deadline -> no rollout lost (the clock starts when one is taken)"""
+    runners = RunnerProcesses("tests.integration.slow_import_agent:slow_to_import", server.endpoint, 1)
+    with runners:
+        runners.supervise()
+        results = await run(
+            client, runners, RolloutOptions(rollout_timeout_s=3, queue_timeout_s=120), {"reward": 1.0}, {"reward": 0.0}
+        )
+        assert runners.restarts == 0
+    assert [r.status for r in results] == ["succeeded", "succeeded"]
