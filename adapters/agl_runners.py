@@ -9,7 +9,8 @@ idle; the default here is 50 ms instead of Agent-lightning's 5 s.
 1 s, 2 s, 4 s... (capped), under a new store worker id so that the loop can tell the rollouts of the
 dead process from the new one's; a slot whose process dies ``max_crashes`` times in a row, each
 within ``crash_window_s`` of its start (agent import included), is given up. It implements
-``ports.runner_pool.RunnerPool``.
+``ports.runner_pool.RunnerPool``. Each process gets the store's token in memory (its store client
+and its OTLP span exporter send it) and exits when its parent is gone, even after ``kill -9``.
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@ Works for any ``LightningStore``: the embedded ``InMemoryLightningStore``, a
 ``LightningStoreClient`` talking to ``agl store`` / ``LightningStoreServer`` on another machine,
 and ``MongoLightningStore``. Completion is learned with one ``wait_for_rollouts(timeout=0)`` call
 for all pending ids: an instant check that never parks executor threads and that the HTTP
-client accepts (it refuses ``timeout > 0.1``).
+client accepts (it refuses ``timeout > 0.1``). Connection-level failures are retried with backoff
+for ``OutagePolicy.tolerance_s`` (a store restarted empty reports its forgotten rollouts as
+``lost``), then ``StoreUnavailable`` names the store and the outage in one line.
 """
 
 from __future__ import annotations
