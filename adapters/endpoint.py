@@ -18,16 +18,14 @@ import io
 import ipaddress
 import logging
 import os
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from types import TracebackType
 
 from agentlightning import LLM, LightningStore, LLMProxy
 from agentlightning.utils.server_launcher import PythonServerLauncherArgs
 from litellm.proxy.shutdown.graceful_shutdown_manager import GracefulShutdownManager
-from starlette.middleware.base import BaseHTTPMiddleware
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 from tinker_cookbook import renderers
 
 from adapters.endpoint_provider import LoopBridge, PolicyProvider, PolicySnapshot
@@ -84,25 +82,31 @@ _required_key_env: list[str] = []
 """The environment variable holding the key the running endpoint requires (empty: none required)."""
 
 
-class MasterKeyAuth(BaseHTTPMiddleware):
+class MasterKeyAuth:
     """Answers 401 to a request without the endpoint's key, before LiteLLM (which answers 500/400).
 
     LiteLLM serves one FastAPI app per process, so this is installed once and reads which key is
-    required, if any, from ``_required_key_env``; the key itself stays in the environment.
+    required, if any, from ``_required_key_env``; the key itself stays in the environment. A plain
+    ASGI middleware, so that it costs next to nothing on the loopback path where no key is required.
     """
 
-    async def dispatch(self, request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        if not _required_key_env or request.url.path.startswith("/health/liveliness"):
-            return await call_next(request)
-        expected = os.environ.get(_required_key_env[0], "")
-        authorization = request.headers.get("authorization", "")
-        supplied = authorization.removeprefix("Bearer ").strip() or request.headers.get("x-api-key", "")
-        if not expected or not hmac.compare_digest(supplied.encode(), expected.encode()):
-            return JSONResponse(
-                {"error": {"message": "missing or wrong API key", "type": "authentication_error", "code": "401"}},
-                status_code=401,
-            )
-        return await call_next(request)
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and _required_key_env and not scope["path"].startswith("/health/liveliness"):
+            expected = os.environ.get(_required_key_env[0], "")
+            headers = dict(scope["headers"])
+            supplied = headers.get(b"authorization", b"").decode("latin-1").removeprefix("Bearer ").strip()
+            supplied = supplied or headers.get(b"x-api-key", b"").decode("latin-1")
+            if not expected or not hmac.compare_digest(supplied.encode(), expected.encode()):
+                response = JSONResponse(
+                    {"error": {"message": "missing or wrong API key", "type": "authentication_error", "code": "401"}},
+                    status_code=401,
+                )
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def _litellm_config(config: EndpointConfig) -> dict[str, object]:

@@ -14,17 +14,14 @@ from __future__ import annotations
 import hmac
 import os
 import secrets
-from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import quote
 
 import aiohttp
 from agentlightning import LightningStoreClient, LightningStoreServer
 from agentlightning.store.client_server import API_V1_AGL_PREFIX
-from starlette.middleware.base import BaseHTTPMiddleware
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.types import ASGIApp
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 STORE_TOKEN_ENV = "AGL_TINKER_STORE_TOKEN"
 OTLP_HEADERS_ENV = "OTEL_EXPORTER_OTLP_TRACES_HEADERS"
@@ -39,20 +36,25 @@ def store_token(generate: bool) -> str | None:
     return secrets.token_urlsafe(32) if generate else None
 
 
-class StoreTokenAuth(BaseHTTPMiddleware):
-    """401 for every store request without the bearer token (the health probe excepted)."""
+class StoreTokenAuth:
+    """401 for every store request without the bearer token (the health probe excepted).
+
+    A plain ASGI middleware: Starlette's ``BaseHTTPMiddleware`` costs a task and a body stream per
+    request, and runners poll the store every few tens of milliseconds.
+    """
 
     def __init__(self, app: ASGIApp, token: str) -> None:
-        super().__init__(app)
-        self._token = token.encode()
+        self.app = app
+        self._expected = f"Bearer {token}".encode()
 
-    async def dispatch(self, request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        if request.url.path in _OPEN_PATHS:
-            return await call_next(request)
-        supplied = request.headers.get("authorization", "").removeprefix("Bearer ").strip().encode()
-        if not hmac.compare_digest(supplied, self._token):
-            return JSONResponse({"detail": "missing or wrong store token"}, status_code=401)
-        return await call_next(request)
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] not in _OPEN_PATHS:
+            supplied = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+            if not hmac.compare_digest(supplied.strip(), self._expected):
+                response = JSONResponse({"detail": "missing or wrong store token"}, status_code=401)
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def protect(server: LightningStoreServer, token: str) -> LightningStoreServer:
