@@ -1,9 +1,10 @@
-"""Agent-lightning runners that execute the user's agent: in this process, or as worker processes.
+"""Runner processes that execute the user's agent on a store, supervised.
 
-A ``LitAgentRunner`` runs one rollout at a time per process (its tracer is process-global), so
-parallel rollouts come from several runner processes attached to a store over HTTP, the way a
-distributed deployment runs them. The runners poll the store every ``poll_interval`` seconds when
-idle; the default here is 50 ms instead of Agent-lightning's 5 s.
+Each process runs a ``ConcurrentRunner`` (``adapters.concurrent_runner``: up to ``concurrency``
+rollouts at once) or, with ``concurrency=None``, Agent-lightning's stock ``LitAgentRunner`` (one
+rollout at a time, AgentOps tracer: what ``trajectory_source=client`` reads). Processes attach to
+the store over HTTP, the way a distributed deployment runs them, and poll it every
+``poll_interval`` seconds when idle (50 ms here instead of Agent-lightning's 5 s).
 
 ``RunnerProcesses.supervise()`` watches the processes from a thread: a dead one is respawned after
 1 s, 2 s, 4 s... (capped), under a new store worker id so that the loop can tell the rollouts of the
@@ -32,6 +33,7 @@ from typing import Any, cast
 from agentlightning import AgentOpsTracer, LightningStore, LitAgent, LitAgentRunner
 from agentlightning.execution import MultiprocessingEvent, ThreadingEvent
 
+from adapters.concurrent_runner import DEFAULT_CONCURRENCY, HUNG_EXIT_CODE, ConcurrentRunner
 from adapters.store_auth import TokenStoreClient, export_spans_with_token
 
 logger = logging.getLogger(__name__)
@@ -90,6 +92,28 @@ async def run_runner(
         runner.teardown()
 
 
+async def run_concurrent_runner(
+    agent: LitAgent[Any],
+    store: LightningStore,
+    stop: ThreadingEvent | MultiprocessingEvent,
+    *,
+    worker_id: int = 0,
+    concurrency: int,
+    poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
+    exit_when_hung: bool = False,
+) -> None:
+    """Execute up to ``concurrency`` rollouts at once from ``store`` in this event loop until ``stop`` is set."""
+    runner = ConcurrentRunner(
+        agent,
+        store,
+        worker_id=store_worker_id(worker_id),
+        concurrency=concurrency,
+        poll_interval_s=poll_interval_s,
+        exit_when_hung=exit_when_hung,
+    )
+    await runner.run(stop)
+
+
 def _exit_with_parent(parent_pid: int, interval_s: float = 0.5) -> None:
     """Exit when the parent is gone (even after its kill -9): an orphan runner must not outlive its run."""
 
@@ -109,6 +133,7 @@ def _runner_process(
     stop: MultiprocessingEvent,
     token: str | None,
     parent_pid: int,
+    concurrency: int | None,
 ) -> None:
     _exit_with_parent(parent_pid)
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -121,7 +146,18 @@ def _runner_process(
     async def serve() -> None:
         store = TokenStoreClient(store_url, token)
         try:
-            await run_runner(agent, store, stop, worker_id=worker_id, poll_interval_s=poll_interval_s)
+            if concurrency is None:
+                await run_runner(agent, store, stop, worker_id=worker_id, poll_interval_s=poll_interval_s)
+            else:
+                await run_concurrent_runner(
+                    agent,
+                    store,
+                    stop,
+                    worker_id=worker_id,
+                    concurrency=concurrency,
+                    poll_interval_s=poll_interval_s,
+                    exit_when_hung=True,
+                )
         finally:
             await store.close()
 
@@ -160,15 +196,22 @@ class RunnerProcesses:
         *,
         poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
         token: str | None = None,
+        concurrency: int | None = DEFAULT_CONCURRENCY,
         max_crashes: int = 5,
         crash_window_s: float = 60.0,
         backoff_s: float = 1.0,
         max_backoff_s: float = 30.0,
         check_interval_s: float = 0.1,
     ) -> None:
-        """``token``: the store's shared secret (``adapters.store_auth``), handed to the children in memory."""
+        """``token``: the store's shared secret (``adapters.store_auth``), handed to the children in memory.
+
+        ``concurrency``: rollouts each process runs at once (``None``: the stock one-at-a-time ``LitAgentRunner``).
+        """
         if n < 1:
             raise ValueError(f"need at least one runner, got {n}")
+        if concurrency is not None and concurrency < 1:
+            raise ValueError(f"runner concurrency must be at least 1, got {concurrency}")
+        self._concurrency = concurrency
         load_agent(agent_reference)  # fail here, with a clear message, rather than in n children
         self._context = multiprocessing.get_context("spawn")
         self._stop = MultiprocessingEvent(ctx=self._context)
@@ -188,7 +231,16 @@ class RunnerProcesses:
         agent_reference, store_url, poll_interval_s, token = self._args
         return self._context.Process(
             target=_runner_process,
-            args=(agent_reference, store_url, worker_id, poll_interval_s, self._stop, token, os.getpid()),
+            args=(
+                agent_reference,
+                store_url,
+                worker_id,
+                poll_interval_s,
+                self._stop,
+                token,
+                os.getpid(),
+                self._concurrency,
+            ),
             name=f"agl-runner-{worker_id}",
             daemon=True,
         )
@@ -242,6 +294,10 @@ class RunnerProcesses:
             slot.kill_requested, slot.restart_at = False, now
             return
         self._last_exitcode = code
+        if code == HUNG_EXIT_CODE:
+            logger.warning("runner %s exited: hung sync agents held all its slots; restarting it", slot.worker_id)
+            slot.restart_at = now
+            return
         quick = now - slot.started_at < self._crash_window_s
         slot.quick_crashes = slot.quick_crashes + 1 if quick else 1
         if slot.quick_crashes >= self._max_crashes:
@@ -255,7 +311,13 @@ class RunnerProcesses:
         logger.warning("runner %s exited (code %s); restarting it in %.0fs", slot.worker_id, code, delay)
 
     def restart(self, worker_id: str) -> None:
-        """Kill the process serving store worker ``worker_id`` (a hung agent); ``check`` respawns it."""
+        """Kill the process serving store worker ``worker_id`` (a hung agent); ``check`` respawns it.
+
+        A concurrent runner is left alone: it cancels the agent of a rollout that ended in the store
+        itself, and exits on its own (``HUNG_EXIT_CODE``) when sync agents that ignore it hold every slot.
+        """
+        if self._concurrency is not None:
+            return
         with self._lock:
             for slot in self._slots:
                 if store_worker_id(slot.worker_id) == worker_id and slot.restart_at is None and not slot.given_up:

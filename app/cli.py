@@ -109,7 +109,10 @@ def _cmd_store(args: argparse.Namespace) -> int:
 def _cmd_runner(args: argparse.Namespace) -> int:
     from app.console import serve_runners
 
-    return serve_runners(args.agent, args.store, args.n)
+    if args.concurrency < 1:
+        print(f"agl-tinker: error: --concurrency must be at least 1, got {args.concurrency}", file=sys.stderr)
+        return 2
+    return serve_runners(args.agent, args.store, args.n, None if args.stock else args.concurrency)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -151,7 +154,18 @@ def _parser() -> argparse.ArgumentParser:
     runner.add_argument(
         "--agent", default=TrainConfig().agent, help="package.module:attribute of the @agl.rollout agent"
     )
-    runner.add_argument("-n", type=int, default=4, help="number of runner processes")
+    runner.add_argument("-n", type=int, default=1, help="number of runner processes")
+    runner.add_argument(
+        "--concurrency",
+        type=int,
+        default=TrainConfig().runner_concurrency,
+        help="rollouts each process runs at once",
+    )
+    runner.add_argument(
+        "--stock",
+        action="store_true",
+        help="Agent-lightning's LitAgentRunner instead: one rollout at a time (for trajectory_source=client)",
+    )
     runner.set_defaults(run=_cmd_runner)
     return parser
 

@@ -122,8 +122,11 @@ class TrainConfig(_Frozen):
     """How long the trainer rides out a store it cannot reach (a restart, a dropped link) before it fails."""
     store_port: int | None = Field(default=None, ge=1, le=65535)
     """Embedded store's port (unset: a free one)."""
-    n_runners: int = Field(default=4, ge=0)
+    n_runners: int = Field(default=2, ge=0)
     """Runner processes ``train`` starts; 0 when runners attach from elsewhere (``agl-tinker runner``)."""
+    runner_concurrency: int = Field(default=32, ge=1)
+    """Rollouts each runner process runs at once. With ``trajectory_source=client`` runners are Agent-lightning's
+    stock ``LitAgentRunner`` (one at a time: its AgentOps tracer is process-wide), so start more of them."""
     endpoint_host: str = "127.0.0.1"
     endpoint_port: int | None = Field(default=None, ge=1, le=65535)
     concurrency: int = Field(default=64, ge=1)

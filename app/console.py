@@ -173,14 +173,18 @@ def serve_store(host: str, port: int) -> int:
     return 0
 
 
-def serve_runners(agent: str, store_url: str, n: int) -> int:
-    """``agl-tinker runner``: ``n`` runner processes on ``store_url`` until interrupted."""
+def serve_runners(agent: str, store_url: str, n: int, concurrency: int | None) -> int:
+    """``agl-tinker runner``: ``n`` runner processes on ``store_url`` until interrupted.
+
+    ``concurrency``: rollouts per process (``None``: Agent-lightning's stock one-at-a-time runner).
+    """
     try:
-        runners = RunnerProcesses(agent, store_url, n, token=store_token(generate=False))
+        runners = RunnerProcesses(agent, store_url, n, token=store_token(generate=False), concurrency=concurrency)
     except ValueError as error:
         return _fail(error)
     with runners:
-        console.print(f"{n} runner(s) of {agent} attached to {store_url} (Ctrl-C to stop)")
+        each = "one rollout at a time" if concurrency is None else f"up to {concurrency} rollouts at once"
+        console.print(f"{n} runner process(es) of {agent}, {each} each, attached to {store_url} (Ctrl-C to stop)")
         try:
             while runners.alive:
                 time.sleep(0.5)

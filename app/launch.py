@@ -327,6 +327,11 @@ def trace_adapter(config: TrainConfig, client: agl.TraceToTripletBase | None = N
     return EndpointTraceToTriplet()
 
 
+def runner_concurrency(config: TrainConfig) -> int | None:
+    """Rollouts per runner process; ``None`` (the stock ``LitAgentRunner``) where the client's own spans are read."""
+    return None if config.trajectory_source == "client" else config.runner_concurrency
+
+
 AglTrainingParts = TrainingParts[AGLDummyEnvGroupBuilder[Any], AGLDummyEnv[Any], TrajectoryGroup, agl.Span]
 """The loop's parts bound to Agent-lightning and tinker-cookbook."""
 
@@ -352,7 +357,11 @@ async def open_run(config: TrainConfig) -> AsyncIterator[Run]:
             raise LaunchError(str(error)) from error
     train_tasks, test_tasks = split_tasks(config)
     async with open_store(config) as (store, url, token):
-        runners = RunnerProcesses(config.agent, url, config.n_runners, token=token) if config.n_runners > 0 else None
+        runners = (
+            RunnerProcesses(config.agent, url, config.n_runners, token=token, concurrency=runner_concurrency(config))
+            if config.n_runners > 0
+            else None
+        )
         async with open_run_on_store(config, store, train_tasks, test_tasks, runners=runners) as run:
             with runners or contextlib.nullcontext():
                 if runners is not None:

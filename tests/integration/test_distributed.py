@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import AsyncIterator
 
 import agentlightning as agl
@@ -12,20 +11,13 @@ from adapters.agl_runners import RunnerProcesses
 from adapters.agl_store import AglRolloutStore, AglTripletSource
 from app.rollouts import RolloutOptions, run_rollouts
 from ports.rollout_store import RolloutRequest
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.integration.served_store import served_store
 
 
 @pytest.fixture
 async def server() -> AsyncIterator[agl.LightningStoreServer]:
-    served = agl.LightningStoreServer(agl.InMemoryLightningStore(), host="127.0.0.1", port=free_port())
-    await served.start()
-    yield served
-    await served.stop()
+    async with served_store() as served:
+        yield served
 
 
 @pytest.mark.slow

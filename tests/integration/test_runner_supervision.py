@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import time
 from collections.abc import AsyncIterator
 
@@ -21,22 +20,18 @@ from adapters.agl_store import AglRolloutStore, AglTripletSource
 from app.rollouts import RUN_TIMEOUT, RUNNER_DIED, NoRunners, OnResult, RolloutOptions, run_rollouts
 from domain.groups import TIMED_OUT, RolloutResult
 from ports.rollout_store import RolloutRequest
+from tests.integration.served_store import served_store
 
 pytestmark = pytest.mark.slow
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+RUNNER_KINDS = pytest.mark.parametrize("concurrency", [None, 1], ids=["stock", "concurrent"])
+"""Agent-lightning's ``LitAgentRunner`` and this project's concurrent runner (one slot: the same schedule)."""
 
 
 @pytest.fixture
 async def server() -> AsyncIterator[agl.LightningStoreServer]:
-    served = agl.LightningStoreServer(agl.InMemoryLightningStore(), host="127.0.0.1", port=free_port())
-    await served.start()
-    yield served
-    await served.stop()
+    async with served_store() as served:
+        yield served
 
 
 @pytest.fixture
@@ -73,11 +68,14 @@ async def run(
 
 
 @pytest.mark.fault
+@RUNNER_KINDS
 async def test_a_runner_killed_mid_rollout_is_restarted_and_its_rollout_ends_at_once(
-    server: agl.LightningStoreServer, client: agl.LightningStoreClient
+    server: agl.LightningStoreServer, client: agl.LightningStoreClient, concurrency: int | None
 ) -> None:
     """runner SIGKILL mid-rollout -> its rollout ends at once (runner_died), the runner restarts, the batch ends"""
-    runners = RunnerProcesses("tests.integration.agents:reward_only", server.endpoint, 1, backoff_s=0.2)
+    runners = RunnerProcesses(
+        "tests.integration.agents:reward_only", server.endpoint, 1, backoff_s=0.2, concurrency=concurrency
+    )
     killed_at: list[float] = []
     ended_at: dict[int, float] = {}
 
@@ -108,12 +106,18 @@ async def test_a_runner_killed_mid_rollout_is_restarted_and_its_rollout_ends_at_
 
 
 @pytest.mark.fault
+@RUNNER_KINDS
 async def test_runners_that_die_on_every_rollout_end_the_batch_with_one_line(
-    server: agl.LightningStoreServer, client: agl.LightningStoreClient
+    server: agl.LightningStoreServer, client: agl.LightningStoreClient, concurrency: int | None
 ) -> None:
     """all runners die on every rollout -> they are given up and the batch ends with one NoRunners line"""
     runners = RunnerProcesses(
-        "tests.integration.agents:crashing_agent", server.endpoint, 1, max_crashes=2, backoff_s=0.2
+        "tests.integration.agents:crashing_agent",
+        server.endpoint,
+        1,
+        max_crashes=2,
+        backoff_s=0.2,
+        concurrency=concurrency,
     )
     started = time.monotonic()
     with runners, pytest.raises(NoRunners) as caught:
@@ -126,11 +130,18 @@ async def test_runners_that_die_on_every_rollout_end_the_batch_with_one_line(
 
 
 @pytest.mark.fault
+@RUNNER_KINDS
 async def test_a_hung_agent_times_out_at_the_running_deadline_and_its_runner_is_restarted(
-    server: agl.LightningStoreServer, client: agl.LightningStoreClient
+    server: agl.LightningStoreServer, client: agl.LightningStoreClient, concurrency: int | None
 ) -> None:
-    """hanging agent -> timed out at the running deadline, its runner restarted, later rollouts succeed"""
-    runners = RunnerProcesses("tests.integration.agents:reward_only", server.endpoint, 1, backoff_s=0.2)
+    """hanging agent -> timed out at the running deadline, its runner restarted, later rollouts succeed
+
+    The stock runner's process is killed by the supervisor; the concurrent runner cancels the rollout
+    itself, and since this sync agent ignores that and holds its only slot, it exits to be restarted.
+    """
+    runners = RunnerProcesses(
+        "tests.integration.agents:reward_only", server.endpoint, 1, backoff_s=0.2, concurrency=concurrency
+    )
     with runners:
         runners.supervise()
         results = await run(
@@ -150,7 +161,7 @@ async def test_a_runner_slower_to_start_than_the_deadline_loses_no_rollout(
     server: agl.LightningStoreServer, client: agl.LightningStoreClient
 ) -> None:
     """runner start-up slower than the rollout deadline -> no rollout lost (the clock starts when one is taken)"""
-    runners = RunnerProcesses("tests.integration.slow_import_agent:slow_to_import", server.endpoint, 1)
+    runners = RunnerProcesses("tests.integration.slow_import_agent:slow_to_import", server.endpoint, 1, concurrency=4)
     with runners:
         runners.supervise()
         results = await run(
