@@ -127,6 +127,9 @@ class TrainConfig(_Frozen):
     runner_concurrency: int = Field(default=32, ge=1)
     """Rollouts each runner process runs at once. With ``trajectory_source=client`` runners are Agent-lightning's
     stock ``LitAgentRunner`` (one at a time: its AgentOps tracer is process-wide), so start more of them."""
+    worker_silence_s: float = Field(default=60.0, gt=0)
+    """Runners this run did not start (``n_runners=0``) are watched through their store records: one silent for
+    this long is taken for dead and its rollouts end at once instead of at their deadline."""
     endpoint_host: str = "127.0.0.1"
     endpoint_port: int | None = Field(default=None, ge=1, le=65535)
     concurrency: int = Field(default=64, ge=1)

@@ -4,7 +4,8 @@ The one place that binds adapters to the ports: ``open_run`` builds every part f
 ``TrainConfig`` (the loop's ``TrainingParts`` plus the concrete endpoint and store behind them) and
 tears them down in reverse order; ``train`` runs the loop on them. One-click mode (no ``store_url``) serves an embedded
 ``InMemoryLightningStore`` on 127.0.0.1 and starts ``n_runners`` runner processes on it;
-distributed mode attaches to an ``agl store`` URL where runners from other machines take rollouts.
+distributed mode attaches to an ``agl store`` URL where runners from other machines take rollouts
+(with ``n_runners=0`` they are watched through the worker records they keep in the store).
 ``open_run_on_store`` builds the same parts on a store someone else serves and feeds runners to
 (``agl.Trainer`` for ``app.agl_algorithm``); ``open_run`` wraps it with its own store and runners.
 """
@@ -40,6 +41,7 @@ from adapters.endpoint import EndpointConfig, PolicyEndpoint
 from adapters.endpoint_triplets import EndpointTraceToTriplet
 from adapters.run_log import CookbookMetricsLog, JsonlCheckpointLog
 from adapters.store_auth import STORE_TOKEN_ENV, TokenStoreClient, protect, store_token
+from adapters.store_workers import StoreWorkers
 from app import demo_task
 from app.config import DEMO, TrainConfig
 from app.rollouts import RolloutOptions
@@ -357,15 +359,15 @@ async def open_run(config: TrainConfig) -> AsyncIterator[Run]:
             raise LaunchError(str(error)) from error
     train_tasks, test_tasks = split_tasks(config)
     async with open_store(config) as (store, url, token):
-        runners = (
-            RunnerProcesses(config.agent, url, config.n_runners, token=token, concurrency=runner_concurrency(config))
-            if config.n_runners > 0
-            else None
-        )
-        async with open_run_on_store(config, store, train_tasks, test_tasks, runners=runners) as run:
-            with runners or contextlib.nullcontext():
-                if runners is not None:
-                    runners.supervise()
+        if config.n_runners == 0:
+            async with open_run_on_store(config, store, train_tasks, test_tasks) as run:
+                yield run
+            return
+        concurrency = runner_concurrency(config)
+        local = RunnerProcesses(config.agent, url, config.n_runners, token=token, concurrency=concurrency)
+        async with open_run_on_store(config, store, train_tasks, test_tasks, runners=local) as run:
+            with local:
+                local.supervise()
                 yield run
 
 
@@ -390,7 +392,7 @@ async def open_run_on_store(
     Starts no store server and no runner (``agl.Trainer`` does both for ``app.agl_algorithm``);
     the tasks are used exactly as given, the test tasks rolled out once each. ``client_adapter``
     reads the agent's spans when ``trajectory_source`` is ``client``; ``runners``, the runner processes the
-    caller supervises (``None``: runners elsewhere).
+    caller supervises (``None``: runners elsewhere, watched through the worker records they keep in the store).
     """
     if not is_thread_safe(store):
         raise LaunchError(
@@ -417,6 +419,9 @@ async def open_run_on_store(
                 EndpointConfig(host=config.endpoint_host, port=config.endpoint_port, defaults=defaults),
             )
             await stack.enter_async_context(endpoint)
+            if runners is None:
+                watch = StoreWorkers(store, silence_s=config.worker_silence_s).watch()
+                runners = await stack.enter_async_context(watch)
             ml_logger = open_logger(config)
             stack.callback(ml_logger.close)
             parts: AglTrainingParts = TrainingParts(

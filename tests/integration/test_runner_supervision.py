@@ -17,9 +17,11 @@ import pytest
 
 from adapters.agl_runners import RunnerProcesses
 from adapters.agl_store import AglRolloutStore, AglTripletSource
+from adapters.store_workers import StoreWorkers
 from app.rollouts import RUN_TIMEOUT, RUNNER_DIED, NoRunners, OnResult, RolloutOptions, run_rollouts
 from domain.groups import TIMED_OUT, RolloutResult
 from ports.rollout_store import RolloutRequest
+from ports.runner_pool import RunnerPool
 from tests.integration.served_store import served_store
 
 pytestmark = pytest.mark.slow
@@ -43,7 +45,7 @@ async def client(server: agl.LightningStoreServer) -> AsyncIterator[agl.Lightnin
 
 async def run(
     client: agl.LightningStoreClient,
-    runners: RunnerProcesses,
+    runners: RunnerPool,
     options: RolloutOptions,
     *tasks: dict[str, float],
     on_result: OnResult | None = None,
@@ -169,3 +171,56 @@ async def test_a_runner_slower_to_start_than_the_deadline_loses_no_rollout(
         )
         assert runners.restarts == 0
     assert [r.status for r in results] == ["succeeded", "succeeded"]
+
+
+async def test_a_worker_silent_in_the_store_is_taken_for_dead_until_it_speaks_again() -> None:
+    store = agl.InMemoryLightningStore()
+    now = [1000.0]
+    workers = StoreWorkers(store, silence_s=30.0, clock=lambda: now[0])
+    await store.enqueue_rollout(input={"reward": 1.0}, mode="train")
+    await store.dequeue_rollout(worker_id="Worker-remote")
+    await workers.refresh()
+    assert (workers.alive, set(workers.dead_workers())) == (1, set())
+
+    now[0] += 31.0
+    await workers.refresh()
+    assert (workers.alive, set(workers.dead_workers())) == (0, {"Worker-remote"})
+    assert not workers.given_up, "remote runners may come back"
+
+    await store.update_worker("Worker-remote", {"in_flight": 1})
+    await workers.refresh()
+    assert set(workers.dead_workers()) == set() and workers.alive == 1
+
+
+@pytest.mark.fault
+async def test_a_remote_runner_killed_mid_rollout_ends_its_rollout_once_it_falls_silent(
+    server: agl.LightningStoreServer, client: agl.LightningStoreClient
+) -> None:
+    """runner on another machine SIGKILLed mid-rollout -> its rollout ends as runner_died after the silence, not at
+    its 300 s deadline (the trainer did not start it: it only sees the worker record in the store)"""
+    remote = RunnerProcesses("tests.integration.agents:reward_only", server.endpoint, 1, concurrency=4)
+    killed_at: list[float] = []
+    ended_at: dict[int, float] = {}
+
+    async def kill_once_taken() -> None:
+        while not await client.query_rollouts(status_in=["preparing", "running"]):
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)
+        pid = remote._processes[0].pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        killed_at.append(time.monotonic())
+
+    with remote:
+        async with StoreWorkers(client, silence_s=3.0).watch(interval_s=0.5) as watched:
+            killer = asyncio.create_task(asyncio.wait_for(kill_once_taken(), 60))
+            results = await run(
+                client,
+                watched,
+                RolloutOptions(rollout_timeout_s=300),
+                {"reward": 1.0, "sleep_s": 120.0},
+                on_result=lambda index, _: ended_at.setdefault(index, time.monotonic()),
+            )
+            await killer
+    assert [(r.status, r.reason) for r in results] == [("failed", RUNNER_DIED)]
+    assert ended_at[0] - killed_at[0] < 15, "ended after the worker's silence, not at the 300 s deadline"
