@@ -82,4 +82,3 @@ async def evaluate_policy(
         )
     finally:
         server.set_sampling_defaults(previous)
-
