@@ -64,16 +64,29 @@ _current_scope: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar("
 
 
 class _ScopedSpanProcessor(SpanProcessor):
-    """Files each ended span under the rollout of the context that ended it (spans outside any rollout are dropped)."""
+    """Files each ended span under the rollout of the context that ended it.
+
+    A span ended where no rollout context reaches (a thread the agent started itself) goes to the
+    only open rollout when there is exactly one, as ``LitAgentRunner`` would file it; with several
+    open it cannot be attributed, and is dropped and counted in ``unscoped``.
+    """
 
     def __init__(self) -> None:
         self.unscoped = 0
+        self.open: list[_Scope] = []
+        self.lock = threading.Lock()
 
     def on_end(self, span: ReadableSpan) -> None:
         scope = _current_scope.get()
         if scope is None:
-            self.unscoped += 1
-            return
+            with self.lock:
+                only = self.open[0] if len(self.open) == 1 else None
+                if only is None:
+                    self.unscoped += 1
+                    if self.unscoped == 1:
+                        logger.warning("a span (%s) ended outside any rollout's context: dropped", span.name)
+                    return
+            scope = only
         scope.spans.append(span)
 
 
@@ -88,8 +101,6 @@ class ConcurrentTracer(OtelTracer):  # type: ignore[misc]  # agentlightning is u
         super().__init__()
         self._tracer_provider: TracerProviderImpl | None = None
         self._processor = _ScopedSpanProcessor()
-        self._open = 0
-        self._open_lock = threading.Lock()
 
     def _initialize_tracer_provider(self, worker_id: int) -> None:
         if self._tracer_provider is not None:
@@ -115,12 +126,13 @@ class ConcurrentTracer(OtelTracer):  # type: ignore[misc]  # agentlightning is u
         """Collect the spans ended in this task (and the tasks and threads it starts) for one attempt."""
         if rollout_id is None or attempt_id is None:
             raise ValueError("a concurrent trace context needs the rollout and attempt ids")
-        token = _current_scope.set(_Scope(rollout_id, attempt_id))
-        self._activate()
+        scope = _Scope(rollout_id, attempt_id)
+        token = _current_scope.set(scope)
+        self._activate(scope)
         try:
             yield trace_api.get_tracer(__name__, tracer_provider=self._get_tracer_provider())
         finally:
-            self._deactivate()
+            self._deactivate(scope)
             _current_scope.reset(token)
 
     def get_last_trace(self) -> list[Span]:
@@ -130,18 +142,18 @@ class ConcurrentTracer(OtelTracer):  # type: ignore[misc]  # agentlightning is u
             return []
         return [Span.from_opentelemetry(s, scope.rollout_id, scope.attempt_id, i) for i, s in enumerate(scope.spans)]
 
-    def _activate(self) -> None:
-        with self._open_lock:
-            if self._open == 0:
+    def _activate(self, scope: _Scope) -> None:
+        with self._processor.lock:
+            if not self._processor.open:
                 if get_active_tracer() is not None:
                     raise RuntimeError("another tracer is active in this process; run LitAgentRunner elsewhere")
                 set_active_tracer(self)
-            self._open += 1
+            self._processor.open.append(scope)
 
-    def _deactivate(self) -> None:
-        with self._open_lock:
-            self._open -= 1
-            if self._open == 0:
+    def _deactivate(self, scope: _Scope) -> None:
+        with self._processor.lock:
+            self._processor.open.remove(scope)
+            if not self._processor.open:
                 clear_active_tracer()
 
     @staticmethod

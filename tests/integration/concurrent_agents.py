@@ -109,3 +109,11 @@ def stuck_sync(task: Task, llm: agl.LLM) -> float:
 @rollout
 def wrong_result(task: Task, llm: agl.LLM) -> str:
     return "not a reward"
+
+
+@rollout
+def rewards_from_own_thread(task: Task, llm: agl.LLM) -> None:
+    """Emits its reward from a thread it starts itself, where no context variable follows."""
+    worker = threading.Thread(target=agl.emit_reward, args=(float(task["n"]),))
+    worker.start()
+    worker.join()

@@ -194,3 +194,13 @@ async def test_one_runner_process_runs_its_rollouts_at_once(
         assert ends[0] > starts[-1], "some rollout ended before the last one started: they ran one after another"
         workers = {a.worker_id for rid in ids for a in await store.query_attempts(rid)}
         assert len(workers) == 1
+
+
+async def test_a_reward_from_a_thread_the_agent_started_goes_to_the_only_open_rollout(
+    store: agl.InMemoryLightningStore, endpoint: PolicyEndpoint
+) -> None:
+    rollouts = await run_all(store, concurrent_agents.rewards_from_own_thread, [{"n": 4}, {"n": 5}], concurrency=1)
+
+    for rollout, expected in zip(rollouts, (4.0, 5.0), strict=True):
+        spans = await store.query_spans(rollout.rollout_id, "latest")
+        assert [agl.get_reward_value(s) for s in spans] == [expected]
