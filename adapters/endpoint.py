@@ -1,11 +1,14 @@
-"""The agent-facing endpoint: an OpenAI-compatible chat API served by Agent-lightning's LLMProxy.
+"""The agent-facing endpoint: an OpenAI-compatible chat API over the current policy.
 
-Agents call ``llm.endpoint`` with any OpenAI-compatible client (streaming too: the proxy's
-middleware serves a stream from one completion); the proxy attributes each call to its rollout
-and the provider (``adapters.endpoint_provider``) samples from the current policy, extends the
-rollout's earlier turns token for token, and records every completion it served in the store
-(``adapters.endpoint_capture``).
-After each train step ``set_sampler`` swaps the weights for the next request, so the proxy,
+Two servers answer the same API. ``server="lean"`` (the default) is a small Starlette app served
+on the event loop that owns the samplers (``adapters.endpoint_server``); ``server="litellm"`` is
+Agent-lightning's LiteLLM-based ``LLMProxy`` in a thread, whose per-request overhead is about
+three times higher. Agents call ``llm.endpoint`` with any OpenAI-compatible client (streaming
+too: one completion is served as a stream); each call under a rollout's URL is attributed to
+that rollout and the provider (``adapters.endpoint_provider``) samples from the current policy,
+extends the rollout's earlier turns token for token, and records every completion it served in
+the store (``adapters.endpoint_capture``).
+After each train step ``set_sampler`` swaps the weights for the next request, so the server,
 its port and the running agents never restart.
 """
 
@@ -13,22 +16,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import io
 import ipaddress
 import logging
 import os
+import socket
 from dataclasses import dataclass, field
 from types import TracebackType
+from typing import Literal
 
-from agentlightning import LLM, LightningStore, LLMProxy
+from agentlightning import LLM, LightningStore, LLMProxy, ProxyLLM
 from agentlightning.utils.server_launcher import PythonServerLauncherArgs
 from litellm.proxy.shutdown.graceful_shutdown_manager import GracefulShutdownManager
-from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
 from tinker_cookbook import renderers
 
 from adapters.endpoint_provider import LoopBridge, PolicyProvider, PolicySnapshot
+from adapters.endpoint_server import LeanServer, MasterKeyAuth, ServerStartError, _required_key_env, build_app
 from domain.sampling import SamplingDefaults
 from ports.policy import Sampler
 
@@ -76,37 +79,11 @@ class EndpointConfig:
     startup_timeout_s: float = 60.0
     quiet: bool = True
     """Keep LiteLLM's start-up banner off stdout and the server's request logs below warnings."""
+    server: Literal["lean", "litellm"] = "lean"
+    """``lean``: the Starlette server on the owner loop; ``litellm``: Agent-lightning's ``LLMProxy``."""
 
 
-_required_key_env: list[str] = []
-"""The environment variable holding the key the running endpoint requires (empty: none required)."""
-
-
-class MasterKeyAuth:
-    """Answers 401 to a request without the endpoint's key, before LiteLLM (which answers 500/400).
-
-    LiteLLM serves one FastAPI app per process, so this is installed once and reads which key is
-    required, if any, from ``_required_key_env``; the key itself stays in the environment. A plain
-    ASGI middleware, so that it costs next to nothing on the loopback path where no key is required.
-    """
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and _required_key_env and not scope["path"].startswith("/health/liveliness"):
-            expected = os.environ.get(_required_key_env[0], "")
-            headers = dict(scope["headers"])
-            supplied = headers.get(b"authorization", b"").decode("latin-1").removeprefix("Bearer ").strip()
-            supplied = supplied or headers.get(b"x-api-key", b"").decode("latin-1")
-            if not expected or not hmac.compare_digest(supplied.encode(), expected.encode()):
-                response = JSONResponse(
-                    {"error": {"message": "missing or wrong API key", "type": "authentication_error", "code": "401"}},
-                    status_code=401,
-                )
-                await response(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
+__all__ = ["EndpointConfig", "EndpointError", "MasterKeyAuth", "MasterKeyRequired", "PolicyEndpoint", "is_loopback"]
 
 
 def _litellm_config(config: EndpointConfig) -> dict[str, object]:
@@ -125,11 +102,22 @@ def _litellm_config(config: EndpointConfig) -> dict[str, object]:
     return {"general_settings": general, "litellm_settings": {"drop_params": True}}
 
 
-class PolicyEndpoint:
-    """Owns the ``LLMProxy`` and the provider; the training loop swaps samplers through it.
+def _access_host(host: str) -> str:
+    if host in ("0.0.0.0", "::"):
+        # Same choice as Agent-lightning's server launcher (its helper is private).
+        with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect(("8.8.8.8", 80))
+            return str(probe.getsockname()[0])
+        return "127.0.0.1"
+    return f"[{host}]" if ":" in host else host
 
-    Start it from the event loop that owns the samplers: requests arriving on the proxy's own
-    loop (a thread) are run on that loop, so a sampler never sees a foreign loop.
+
+class PolicyEndpoint:
+    """Owns the server (lean or ``LLMProxy``) and the provider; the training loop swaps samplers through it.
+
+    Start it from the event loop that owns the samplers: the lean server runs on that loop, and
+    requests arriving on the LiteLLM proxy's own loop (a thread) are run on it, so a sampler
+    never sees a foreign loop.
     """
 
     def __init__(
@@ -149,6 +137,7 @@ class PolicyEndpoint:
             recorder=store.add_span,
         )
         self._proxy: LLMProxy | None = None
+        self._lean: LeanServer | None = None
 
     @property
     def config(self) -> EndpointConfig:
@@ -165,12 +154,14 @@ class PolicyEndpoint:
 
     @property
     def is_running(self) -> bool:
+        if self._lean is not None:
+            return self._lean.is_running()
         return self._proxy is not None and self._proxy.is_running()
 
     @property
     def endpoint(self) -> str:
         """Base URL of the OpenAI-compatible API (ends in ``/v1``)."""
-        return f"{self._running_proxy().server_launcher.access_endpoint}/v1"
+        return f"{self._access_endpoint()}/v1"
 
     def set_sampler(self, sampler: Sampler) -> int:
         """Serve new weights from the next request on; in-flight requests finish on the old ones."""
@@ -193,9 +184,29 @@ class PolicyEndpoint:
         return previous
 
     async def start(self) -> None:
-        """Register the provider and start the proxy (thread mode) bound to ``config.host``."""
+        """Start the configured server bound to ``config.host``."""
         if self.is_running:
             return
+        if self._config.server == "lean":
+            await self._start_lean()
+        else:
+            await self._start_litellm()
+        logger.info("policy endpoint serving %r at %s", self._config.model_name, self.endpoint)
+
+    async def _start_lean(self) -> None:
+        config = self._config
+        self._provider.bind_loop(None)  # served on this loop: samplers are called directly
+        key_envs = [] if is_loopback(config.host) else [config.master_key_env]
+        app = MasterKeyAuth(build_app(self._provider, self._store, config.model_name), key_envs)
+        server = LeanServer(app, config.host, config.port, startup_timeout_s=config.startup_timeout_s)
+        try:
+            await server.start()
+        except ServerStartError as error:
+            raise EndpointError(f"the policy endpoint cannot start: {error}") from error
+        self._lean = server
+
+    async def _start_litellm(self) -> None:
+        """Register the provider and start the proxy (thread mode)."""
         if not self._store.capabilities.get("thread_safe", False):
             raise EndpointError("the proxy serves from a thread: use InMemoryLightningStore(thread_safe=True)")
         config = self._config
@@ -233,9 +244,12 @@ class PolicyEndpoint:
             self._provider.unregister(config.provider_name)
             raise
         self._proxy = proxy
-        logger.info("policy endpoint serving %r at %s", config.model_name, self.endpoint)
 
     async def stop(self) -> None:
+        lean, self._lean = self._lean, None
+        if lean is not None:
+            await lean.stop()
+            return
         proxy, self._proxy = self._proxy, None
         if proxy is not None and proxy.is_running():
             await proxy.stop()
@@ -251,15 +265,20 @@ class PolicyEndpoint:
         the master key from their own environment.
         """
         defaults = self._provider.snapshot.defaults
-        return self._running_proxy().as_resource(
+        # The form LLMProxy.as_resource gives: no /v1, so get_base_url(rid, aid) adds none either.
+        return ProxyLLM(
+            endpoint=self._access_endpoint(),
             model=self._config.model_name,
             sampling_parameters={"temperature": defaults.temperature, "top_p": defaults.top_p},
         )
 
-    def _running_proxy(self) -> LLMProxy:
+    def _access_endpoint(self) -> str:
+        """``http://host:port`` as clients reach it (a bind to all interfaces is reached by this machine's address)."""
+        if self._lean is not None:
+            return f"http://{_access_host(self._config.host)}:{self._lean.port}"
         if self._proxy is None:
             raise EndpointError("the endpoint is not started")
-        return self._proxy
+        return str(self._proxy.server_launcher.access_endpoint)
 
     async def __aenter__(self) -> PolicyEndpoint:
         await self.start()

@@ -1,10 +1,12 @@
-"""The LiteLLM provider behind the agent-facing endpoint: chat messages in, policy samples out.
+"""The policy provider behind the agent-facing endpoint: chat messages in, policy samples out.
 
 It renders OpenAI chat messages with a tinker-cookbook renderer, samples from whichever
 ``ports.policy.Sampler`` is current, and answers with a LiteLLM ``ModelResponse`` that carries
 ``prompt_token_ids``, ``choices[i].token_ids`` and OpenAI-style ``logprobs``: the fields
 Agent-lightning's AgentOps instrumentation copies into the ``openai.chat.completion`` span, from
 which ``TracerTraceToTriplet`` builds training triplets without re-tokenising anything.
+``PolicyProvider.complete`` is the transport-independent core: the lean server
+(``adapters.endpoint_server``) calls it directly, and ``acompletion`` adapts it to LiteLLM.
 
 The cookbook's own provider (``tinker_cookbook.third_party.litellm``) is bound to a
 ``tinker.SamplingClient`` and returns no per-token logprobs, so it cannot serve the port.
@@ -231,6 +233,30 @@ def model_response(
     )
 
 
+class CompletionError(Exception):
+    """A request the provider cannot serve; each transport maps the subclasses to its own errors.
+
+    ::
+
+        CompletionError
+        ├── BadCompletionRequest   the request itself is wrong (HTTP 400)
+        ├── NoPolicy               no sampler is set yet (HTTP 503 on the lean server)
+        └── SamplingTimeout        the sampler ran past the request timeout (HTTP 504)
+    """
+
+
+class BadCompletionRequest(CompletionError):
+    """Messages or parameters no renderer or sampler can serve; the message names the reason."""
+
+
+class NoPolicy(CompletionError):
+    """No policy sampler is set yet."""
+
+
+class SamplingTimeout(CompletionError):
+    """Sampling took longer than the provider's request timeout."""
+
+
 @dataclass(frozen=True, slots=True)
 class PolicySnapshot:
     """What one request samples with; replaced whole, so a request never mixes two versions."""
@@ -334,32 +360,57 @@ class PolicyProvider(CustomLLM):
             self._counters[key] += 1
 
     async def acompletion(self, *args: object, **kwargs: object) -> ModelResponse:
-        """LiteLLM's entry point for ``/v1/chat/completions``."""
-        started = time.time()
+        """LiteLLM's entry point for ``/v1/chat/completions``: its kwargs parsed over ``complete``."""
         model = str(kwargs.get("model", ""))
-        snapshot = self._snapshot
         optional_params = cast(Mapping[str, object], kwargs.get("optional_params") or {})
-        messages = cast(Sequence[Mapping[str, object]], kwargs.get("messages") or [])
-        call = rollout_call(kwargs.get("litellm_params"))
+        try:
+            return await self.complete(
+                model,
+                kwargs.get("messages") or [],
+                optional_params,
+                rollout_call(kwargs.get("litellm_params")),
+            )
+        except (BadCompletionRequest, NoPolicy) as error:
+            raise BadRequestError(message=str(error), model=model, llm_provider="agl-tinker") from error
+        except SamplingTimeout as error:
+            raise Timeout(message=str(error), model=model, llm_provider="agl-tinker") from error
+
+    async def complete(
+        self, model: str, messages: object, params: Mapping[str, object], call: RolloutCall | None
+    ) -> ModelResponse:
+        """Serve one chat completion, whatever the transport.
+
+        ``params`` holds the OpenAI request parameters (``max_tokens``, ``temperature``, ``n``,
+        ``stop``, ``tools``, ...). A completion served to a rollout (``call``) is recorded in the
+        store before this returns.
+
+        Raises:
+            BadCompletionRequest: the request cannot be served (the reason is the message).
+            NoPolicy: no sampler is set yet.
+            SamplingTimeout: the sampler took longer than the request timeout.
+        """
+        started = time.time()
+        snapshot = self._snapshot
         try:
             check_messages(messages)
-            request = sampling_request(optional_params, snapshot.defaults, self._renderer_stops)
-            tools = optional_params.get("tools")
-            normal_G = tuple(normal_message(m) for m in messages)
-            tokens_P, prefix = self._prompt(call, messages, normal_G, tools)
+            messages_G = cast(Sequence[Mapping[str, object]], messages)
+            request = sampling_request(params, snapshot.defaults, self._renderer_stops)
+            tools = params.get("tools")
+            normal_G = tuple(normal_message(m) for m in messages_G)
+            tokens_P, prefix = self._prompt(call, messages_G, normal_G, tools)
             limit = snapshot.defaults.max_prompt_tokens
             if limit is not None and len(tokens_P) > limit:
                 raise ValueError(f"the prompt has {len(tokens_P)} tokens; this policy serves at most {limit}")
         except (ValueError, KeyError, TypeError) as error:
-            raise BadRequestError(message=str(error), model=model, llm_provider="agl-tinker") from error
+            raise BadCompletionRequest(str(error)) from error
         sampler = snapshot.sampler
         if sampler is None:
-            raise BadRequestError(message="no policy sampler is set yet", model=model, llm_provider="agl-tinker")
+            raise NoPolicy("no policy sampler is set yet")
 
         def call_sampler() -> Coroutine[object, object, Sequence[SampledSequence]]:
             return _sample(sampler, tokens_P, request)
 
-        sequences = await self._on_owner_loop(call_sampler, model)
+        sequences = await self._on_owner_loop(call_sampler)
         response = model_response(self._renderer, model, tokens_P, sequences, f"policy-v{snapshot.version}")
         if call is None:
             self._count("capture/unattributed")
@@ -388,7 +439,7 @@ class PolicyProvider(CustomLLM):
             prefix=prefix,
             start_time=started,
         )
-        await self._record(span, model)
+        await self._record(span)
         return response
 
     def _prompt(
@@ -416,21 +467,15 @@ class PolicyProvider(CustomLLM):
                 return full, f"broken/{reason.value}"
         raise AssertionError("unreachable")
 
-    async def _on_owner_loop(
-        self, make: Callable[[], Coroutine[object, object, T]], model: str
-    ) -> T:
+    async def _on_owner_loop(self, make: Callable[[], Coroutine[object, object, T]]) -> T:
         try:
             if self._bridge is None:
                 return await asyncio.wait_for(make(), self._request_timeout_s)
             return await self._bridge.run(make, self._request_timeout_s)
         except TimeoutError as error:
-            raise Timeout(
-                message=f"sampling took longer than {self._request_timeout_s} s",
-                model=model,
-                llm_provider="agl-tinker",
-            ) from error
+            raise SamplingTimeout(f"sampling took longer than {self._request_timeout_s} s") from error
 
-    async def _record(self, span: Span, model: str) -> None:
+    async def _record(self, span: Span) -> None:
         """Store the completion record before the agent sees the reply; a failure is counted, not raised."""
         recorder = self._recorder
         if recorder is None:
@@ -440,7 +485,7 @@ class PolicyProvider(CustomLLM):
             return recorder(span)
 
         try:
-            await self._on_owner_loop(write, model)
+            await self._on_owner_loop(write)
         except Exception as error:  # the store's own errors vary by backend; the reply must still go out
             self._count("capture/failed")
             logger.warning("could not record the completion of rollout %s: %s", span.rollout_id, error)

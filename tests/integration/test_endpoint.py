@@ -255,7 +255,6 @@ class TestRequestParameters:
             )
         assert sampler.params == []
 
-
     @pytest.mark.parametrize(
         ("messages", "reason"),
         [
@@ -303,7 +302,9 @@ class TestBinding:
         canary = "sk-canary-7f3a9c1e5b"
         monkeypatch.setenv("AGL_TINKER_MASTER_KEY", canary)
         store = agl.InMemoryLightningStore(thread_safe=True)
-        async with PolicyEndpoint(store, renderer, EndpointConfig(host="0.0.0.0")) as endpoint:
+        # Pinned to LiteLLM: its config goes to a file on disk (the lean server's 401s are in test_endpoint_server).
+        config = EndpointConfig(host="0.0.0.0", server="litellm")
+        async with PolicyEndpoint(store, renderer, config) as endpoint:
             endpoint.set_sampler(FixedSampler(renderer, "I'm 8."))
             url = endpoint.endpoint.replace("0.0.0.0", "127.0.0.1")
             messages: list[openai.types.chat.ChatCompletionMessageParam] = [{"role": "user", "content": QUESTION}]
