@@ -206,7 +206,9 @@ class AglTripletSource:
         if not spans:
             return []  # the adapters raise ValueError on an empty trace
         triplets = self.adapter.adapt(list(spans))
-        return [RawTriplet(prompt=t.prompt, response=t.response, reward=t.reward) for t in triplets]
+        return [
+            RawTriplet(prompt=t.prompt, response=t.response, reward=t.reward, metadata=t.metadata) for t in triplets
+        ]
 
 
 def _describe(error: BaseException) -> str:

@@ -21,8 +21,12 @@ from tinker_cookbook.supervised.data import conversation_to_datum
 from tinker_cookbook.utils.misc_utils import split_list
 
 from adapters.tinker_backend import datum_from_tinker, datum_to_tinker
+from domain.staleness import ratio_clip_fraction
 from ports.policy import LogprobScorer, LossName, TrainingDatum
 from ports.training_data import KLPenalty
+
+METRIC_RATIO_CLIP_FRAC = "optim/ratio_clip_frac"
+"""Fraction of action tokens whose importance ratio lies outside the default PPO range [0.8, 1.2]."""
 
 
 class _CookbookReference:
@@ -80,12 +84,21 @@ def substeps(data_D: Sequence[TrainingDatum], num_substeps: int) -> list[list[Tr
 def sample_train_kl(
     data_D: Sequence[TrainingDatum], training_logprobs_D: Sequence[Sequence[float]]
 ) -> dict[str, float]:
-    """The cookbook's KL between sampling and training-forward logprobs, and the sampling entropy."""
+    """The cookbook's KL between sampling and training-forward logprobs, the sampling entropy, and
+    ``optim/ratio_clip_frac``: how much of the batch off-policy data pushes outside the PPO clip range.
+    """
     if not any(m > 0 for d in data_D for m in d.mask):
         return {}
     tinker_D = [datum_to_tinker(d, LossName.IMPORTANCE_SAMPLING) for d in data_D]
     logprobs_D = [torch.tensor(list(lp), dtype=torch.float32) for lp in training_logprobs_D]
-    return {k: float(v) for k, v in compute_kl_sample_train(tinker_D, logprobs_D).items()}
+    metrics = {k: float(v) for k, v in compute_kl_sample_train(tinker_D, logprobs_D).items()}
+    # Flattened over datums; ratio_clip_fraction raises on misaligned lengths, as safezip does above.
+    metrics[METRIC_RATIO_CLIP_FRAC] = ratio_clip_fraction(
+        [x for d in data_D for x in d.logprobs],
+        [float(x) for lp in training_logprobs_D for x in lp],
+        [m for d in data_D for m in d.mask],
+    )
+    return metrics
 
 
 class CookbookTrainingData:

@@ -20,6 +20,8 @@ from ports.run_log import Checkpoint
 CHECKPOINTS_FILE = "checkpoints.jsonl"
 METRICS_FILE = "metrics.jsonl"
 REFERENCE_FILE = "kl_reference.json"
+FRONTIER, PENDING = "async_frontier", "async_pending"
+"""Extra keys of an asynchronous run's checkpoint records (the cookbook keeps unknown keys in ``extra``)."""
 
 
 class JsonlCheckpointLog:
@@ -32,13 +34,25 @@ class JsonlCheckpointLog:
         record = get_last_checkpoint(str(self.log_path))
         if record is None or record.batch is None or record.state_path is None:
             return None
-        return Checkpoint(name=record.name, batch=record.batch, state_path=record.state_path, final=bool(record.final))
+        frontier = record.extra.get(FRONTIER)
+        pending = record.extra.get(PENDING) or []
+        return Checkpoint(
+            name=record.name,
+            batch=record.batch,
+            state_path=record.state_path,
+            final=bool(record.final),
+            frontier=int(frontier) if frontier is not None else None,
+            pending=tuple((int(b), int(i)) for b, i in pending),
+        )
 
     def append(self, checkpoint: Checkpoint) -> None:
         record: dict[str, object] = {"name": checkpoint.name, "batch": checkpoint.batch}
         record["state_path"] = checkpoint.state_path
         if checkpoint.final:
             record["final"] = True
+        if checkpoint.frontier is not None:
+            record[FRONTIER] = checkpoint.frontier
+            record[PENDING] = [list(key) for key in checkpoint.pending]
         with open(self.log_path / CHECKPOINTS_FILE, "a") as file:
             file.write(json.dumps(record) + "\n")
 

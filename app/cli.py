@@ -66,7 +66,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if isinstance(config, ConfigError):
         return _error(str(config), EXIT_CONFIG)
     if args.show_config:
-        print(json.dumps(config.model_dump(), indent=2))
+        print(json.dumps(config.model_dump(by_alias=True), indent=2))
         return 0
     problem = _preflight(config)
     if problem is not None:

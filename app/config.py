@@ -23,7 +23,7 @@ DEMO = "demo"
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
 
 class PolicyConfig(_Frozen):
@@ -62,6 +62,20 @@ class WarmStartConfig(_Frozen):
     learning_rate: float = Field(default=1e-2, gt=0)
 
 
+class AsyncConfig(_Frozen):
+    """Asynchronous off-policy training (tinker-cookbook semantics); off by default."""
+
+    enabled: bool = False
+    max_steps_off_policy: int = Field(default=1, ge=0)
+    """A group sampled more than this many policy versions before the step that trains it is stale."""
+    sampling_steps_ahead: int = Field(default=1, ge=0)
+    """Admission control: a dataset batch's rollouts start at most this many steps before its step."""
+    stale: Literal["discard", "admit"] = "discard"
+    """discard: a stale group is dropped and its task rolled out again (the cookbook's); admit: keep it."""
+    groups_per_batch: int | None = Field(default=None, ge=1)
+    """Finished groups each step trains on (unset: ``batch_size``)."""
+
+
 class TrainConfig(_Frozen):
     """Everything one training run needs; ``agl-tinker train`` shows it with ``--show-config``."""
 
@@ -81,6 +95,8 @@ class TrainConfig(_Frozen):
     """Where metrics.jsonl, checkpoints.jsonl, checkpoints and the report go; a rerun resumes."""
     policy: PolicyConfig = PolicyConfig()
     warm_start: WarmStartConfig = WarmStartConfig()
+    asynchronous: AsyncConfig = Field(default=AsyncConfig(), alias="async")
+    """``async.enabled=true``: rollouts keep running while the trainer steps (bounded staleness)."""
 
     learning_rate: float = Field(default=1e-2, gt=0)
     batch_size: int = Field(default=10, ge=1)
@@ -130,6 +146,9 @@ class TrainConfig(_Frozen):
     worker_silence_s: float = Field(default=60.0, gt=0)
     """Runners this run did not start (``n_runners=0``) are watched through their store records: one silent for
     this long is taken for dead and its rollouts end at once instead of at their deadline."""
+    endpoint_server: Literal["lean", "litellm"] = "lean"
+    """``lean``: a minimal OpenAI-compatible server on the trainer's event loop; ``litellm``: Agent-lightning's
+    ``LLMProxy`` (LiteLLM's proxy in a thread, ~4x the CPU per request)."""
     endpoint_host: str = "127.0.0.1"
     endpoint_port: int | None = Field(default=None, ge=1, le=65535)
     concurrency: int = Field(default=64, ge=1)

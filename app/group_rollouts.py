@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic
 
@@ -42,6 +42,8 @@ class GroupedBatch(Generic[GroupT]):
     groups: list[GroupT]
     """In input order, without the dropped ones."""
     account: BatchAccount
+    oldest_versions: list[int | None] = field(default_factory=list)
+    """Per group in ``groups``: the oldest policy version that sampled its trajectories (None: not recorded)."""
 
 
 async def rollout_groups(
@@ -70,6 +72,7 @@ async def rollout_groups(
     results_PG: list[Sequence[RolloutResult]] = []
     trainable_PG: list[list[bool]] = []
     assembled: list[tuple[int, GroupT]] = []
+    oldest: dict[int, int | None] = {}
     offset = 0
     for i_group, (task_group, members_G) in enumerate(zip(task_groups_P, members_P, strict=True)):
         results_G = results[offset : offset + len(members_G)]
@@ -82,13 +85,21 @@ async def rollout_groups(
             logger.warning("[Batch %d %s] [Group %d] no trainable rollout; group dropped", i_batch, mode, i_group)
             continue
         assembled.append((i_group, group))
+        oldest[i_group] = _oldest_version(r for r, ok in zip(results_G, trainable_G, strict=True) if ok)
     if options.remove_constant_reward_groups:
         keep = nonconstant_group_indices([assembler.total_rewards(g) for _, g in assembled])
         logger.info("[Batch %d %s] removed %d constant-reward group(s)", i_batch, mode, len(assembled) - len(keep))
         assembled = [assembled[i] for i in keep]
     kept = {i_group for i_group, _ in assembled}
     account = BatchAccount.of(results_PG, trainable_PG, [i in kept for i in range(len(task_groups_P))])
-    return GroupedBatch(groups=[g for _, g in assembled], account=account)
+    return GroupedBatch(
+        groups=[g for _, g in assembled], account=account, oldest_versions=[oldest[i] for i, _ in assembled]
+    )
+
+
+def _oldest_version(results: Iterable[RolloutResult]) -> int | None:
+    versions = [v for r in results if (v := r.trajectory.oldest_policy_version) is not None]
+    return min(versions) if versions else None
 
 
 async def _assemble(

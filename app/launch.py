@@ -46,6 +46,7 @@ from app import demo_task
 from app.config import DEMO, TrainConfig
 from app.rollouts import RolloutOptions
 from app.training import (
+    AsyncSettings,
     TrainingHooks,
     TrainingParts,
     TrainingSettings,
@@ -55,6 +56,7 @@ from app.training import (
 )
 from domain.batching import split_train_val
 from domain.sampling import SamplingDefaults
+from domain.staleness import StalenessPolicy
 from ports.policy import LossName, Trainer
 from ports.runner_pool import RunnerPool
 from ports.training_data import KLPenalty
@@ -277,13 +279,13 @@ def open_logger(config: TrainConfig) -> ml_log.Logger:
         loggers.append(
             ml_log.WandbLogger(
                 project=config.wandb_project,
-                config=config.model_dump(),
+                config=config.model_dump(by_alias=True),
                 log_dir=config.log_path,
                 wandb_name=config.wandb_name,
             )
         )
     ml_logger = ml_log.MultiplexLogger(loggers)
-    ml_logger.log_hparams(config.model_dump())
+    ml_logger.log_hparams(config.model_dump(by_alias=True))
     return ml_logger
 
 
@@ -316,6 +318,20 @@ def training_settings(
         target_test_reward=config.target_test_reward,
         warm_start=WarmStartSettings(steps=warm.steps, batch_size=warm.batch_size, learning_rate=warm.learning_rate),
         max_empty_batches=config.max_empty_batches,
+        asynchronous=async_settings(config),
+    )
+
+
+def async_settings(config: TrainConfig) -> AsyncSettings | None:
+    """The asynchronous mode's settings, or None for the synchronous loop."""
+    mode = config.asynchronous
+    if not mode.enabled:
+        return None
+    return AsyncSettings(
+        max_steps_off_policy=mode.max_steps_off_policy,
+        sampling_steps_ahead=mode.sampling_steps_ahead,
+        stale=StalenessPolicy(mode.stale),
+        groups_per_batch=mode.groups_per_batch,
     )
 
 
@@ -372,7 +388,7 @@ async def open_run(config: TrainConfig) -> AsyncIterator[Run]:
 
 
 def is_thread_safe(store: agl.LightningStore) -> bool:
-    """Whether the endpoint's proxy thread may call ``store``; a server answers for the store it wraps."""
+    """Whether the LiteLLM endpoint's thread may call ``store``; a server answers for the store it wraps."""
     inner = store.store if isinstance(store, agl.LightningStoreServer) else store
     return bool(inner.capabilities.get("thread_safe", False))
 
@@ -394,10 +410,10 @@ async def open_run_on_store(
     reads the agent's spans when ``trajectory_source`` is ``client``; ``runners``, the runner processes the
     caller supervises (``None``: runners elsewhere, watched through the worker records they keep in the store).
     """
-    if not is_thread_safe(store):
+    if config.endpoint_server == "litellm" and not is_thread_safe(store):
         raise LaunchError(
-            f"the {type(store).__name__} is not thread-safe, and the policy endpoint calls it from its own thread: "
-            "use agl.InMemoryLightningStore(thread_safe=True)"
+            f"the {type(store).__name__} is not thread-safe, and the LiteLLM endpoint calls it from its own thread: "
+            "use agl.InMemoryLightningStore(thread_safe=True) or endpoint_server=lean"
         )
     Path(config.log_path).mkdir(parents=True, exist_ok=True)
     dataset, test_dataset = task_datasets(config, train_tasks, test_tasks)
@@ -416,7 +432,12 @@ async def open_run_on_store(
             endpoint = PolicyEndpoint(
                 store,
                 backend.renderer,
-                EndpointConfig(host=config.endpoint_host, port=config.endpoint_port, defaults=defaults),
+                EndpointConfig(
+                    host=config.endpoint_host,
+                    port=config.endpoint_port,
+                    defaults=defaults,
+                    server=config.endpoint_server,
+                ),
             )
             await stack.enter_async_context(endpoint)
             if runners is None:

@@ -28,6 +28,7 @@ from app.rollouts import RolloutOptions, RolloutStats
 from domain.accounting import BatchAccount
 from domain.groups import RolloutResult
 from domain.metric_names import TEST_PREFIX, TRAIN_REWARD
+from domain.staleness import StalenessPolicy
 from domain.stats import mean_per_key
 from ports.policy import AdamParams, LogprobScorer, LossName, Trainer, TrainingDatum
 from ports.policy_endpoint import PolicyServer
@@ -52,6 +53,26 @@ class WarmStartSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class AsyncSettings:
+    """Asynchronous off-policy training: rollouts for the next steps run while the trainer steps."""
+
+    max_steps_off_policy: int = 1
+    """A group sampled more than this many policy versions before its step is stale."""
+    sampling_steps_ahead: int = 1
+    """Admission control: start a dataset batch's rollouts at most this many steps before its own step."""
+    stale: StalenessPolicy = StalenessPolicy.DISCARD
+    """DISCARD (the cookbook's): a stale group is dropped and its task rolled out again; ADMIT: nothing is dropped."""
+    groups_per_batch: int | None = None
+    """Finished groups each step takes (None: the dataset's batch size)."""
+
+    def __post_init__(self) -> None:
+        if self.max_steps_off_policy < 0 or self.sampling_steps_ahead < 0:
+            raise ValueError("max_steps_off_policy and sampling_steps_ahead must be >= 0")
+        if self.groups_per_batch is not None and self.groups_per_batch < 1:
+            raise ValueError(f"groups_per_batch must be at least 1, got {self.groups_per_batch}")
+
+
+@dataclass(frozen=True, slots=True)
 class TrainingSettings:
     """The loop's knobs (``app.launch.training_settings`` maps a ``TrainConfig`` onto them)."""
 
@@ -71,6 +92,8 @@ class TrainingSettings:
     warm_start: WarmStartSettings = field(default_factory=WarmStartSettings)
     max_empty_batches: int = 3
     """Consecutive batches without a trainable rollout that end the run with an error; 0 never stops."""
+    asynchronous: AsyncSettings | None = None
+    """None: the synchronous on-policy loop."""
 
 
 class NothingToTrain(RuntimeError):
@@ -139,10 +162,18 @@ def total_batches(settings: TrainingSettings, n_batches: int) -> int:
 
 
 async def save_checkpoint(
-    trainer: Trainer, checkpoints: CheckpointLog, name: str, batch: int, *, final: bool = False
+    trainer: Trainer,
+    checkpoints: CheckpointLog,
+    name: str,
+    batch: int,
+    *,
+    final: bool = False,
+    frontier: int | None = None,
+    pending: Sequence[tuple[int, int]] = (),
 ) -> Checkpoint:
     """Save the trainer's state and record it (recorded last, so a crash mid-save is ignored)."""
-    checkpoint = Checkpoint(name=name, batch=batch, state_path=await trainer.save_state(name), final=final)
+    state_path = await trainer.save_state(name)
+    checkpoint = Checkpoint(name, batch, state_path, final=final, frontier=frontier, pending=tuple(pending))
     checkpoints.append(checkpoint)
     return checkpoint
 
@@ -211,13 +242,26 @@ async def train_step(
     return data_D, metrics
 
 
-async def run_training(
-    parts: TrainingParts[TaskGroupT, MemberT, GroupT, SpanT], hooks: TrainingHooks | None = None
-) -> TrainingSummary:
-    """Train from the last checkpoint (or from scratch, after the warm start) to the end of the dataset."""
+@dataclass(frozen=True, slots=True)
+class RunStart:
+    """Where a run starts: the batch (or step) after the last checkpoint, and what it starts with."""
+
+    start: int
+    n_batches: int
+    reference: LogprobScorer | None
+    resume: Checkpoint | None
+    policy_version: int
+    """The endpoint's version of the weights it serves from the start."""
+
+
+async def begin_run(
+    parts: TrainingParts[TaskGroupT, MemberT, GroupT, SpanT], hooks: TrainingHooks, log: Callable[[str], None]
+) -> RunStart | TrainingSummary:
+    """Resume from the last checkpoint or warm-start, keep the KL reference, serve the weights.
+
+    A run whose last checkpoint is final is complete: its summary comes back instead.
+    """
     settings = parts.settings
-    hooks = hooks or TrainingHooks()
-    log = hooks.on_log or logger.info
     n_batches = total_batches(settings, len(parts.dataset))
     resume = parts.checkpoints.last()
     if resume is not None and resume.final:
@@ -238,10 +282,31 @@ async def run_training(
             parts.metrics.log_metrics(warm, step=0)
         if settings.kl.coef > 0:
             reference = await _save_reference(parts)
-    summary = TrainingSummary(start_batch=start, end_batch=n_batches)
     if hooks.on_run_start:
         hooks.on_run_start(start, n_batches)
-    parts.server.set_sampler(await parts.trainer.sampler(f"batch-{start:06d}"))
+    version = parts.server.set_sampler(await parts.trainer.sampler(f"batch-{start:06d}"))
+    return RunStart(start, n_batches, reference, resume, version)
+
+
+async def run_training(
+    parts: TrainingParts[TaskGroupT, MemberT, GroupT, SpanT], hooks: TrainingHooks | None = None
+) -> TrainingSummary:
+    """Train from the last checkpoint (or from scratch, after the warm start) to the end of the dataset.
+
+    With ``settings.asynchronous`` set, rollouts keep running while the trainer steps (``app.async_training``).
+    """
+    if parts.settings.asynchronous is not None:
+        from app.async_training import run_async_training  # it builds on this module
+
+        return await run_async_training(parts, hooks)
+    settings = parts.settings
+    hooks = hooks or TrainingHooks()
+    log = hooks.on_log or logger.info
+    begun = await begin_run(parts, hooks, log)
+    if isinstance(begun, TrainingSummary):
+        return begun
+    start, n_batches, reference = begun.start, begun.n_batches, begun.reference
+    summary = TrainingSummary(start_batch=start, end_batch=n_batches)
     options = GroupRolloutOptions(
         rollouts=settings.rollouts, remove_constant_reward_groups=settings.remove_constant_reward_groups
     )
@@ -257,8 +322,8 @@ async def run_training(
         }
         resources_id = await parts.store.add_resources({"main_llm": parts.server.as_resource()})
         if settings.eval_every > 0 and i_batch % settings.eval_every == 0:
-            await _evaluate_and_record(parts, resources_id, i_batch, metrics, summary, hooks)
-            if _reached(settings, summary) and i_batch > start:
+            await evaluate_and_record(parts, resources_id, i_batch, metrics, summary, hooks)
+            if reached(settings, summary) and i_batch > start:
                 target = settings.target_test_reward
                 log(f"test reward {summary.reward_after:.3f} reached the target {target}: stopping")
                 parts.metrics.log_metrics(metrics, step=i_batch)
@@ -280,7 +345,7 @@ async def run_training(
             assembler=parts.assembler,
             mode="train",
             options=options,
-            on_result=_forward_rollouts(hooks.on_rollout),
+            on_result=forward_rollouts(hooks.on_rollout),
             stats=stats,
         )
         metrics["time/sample"] = time.perf_counter() - t_sample
@@ -320,6 +385,19 @@ async def run_training(
 
     if last_empty is not None and n_empty == n_batches - start:  # no batch of this run could train
         raise NothingToTrain.after(n_empty, *last_empty)
+    await finish_run(parts, summary, start, n_batches, hooks)
+    return summary
+
+
+async def finish_run(
+    parts: TrainingParts[TaskGroupT, MemberT, GroupT, SpanT],
+    summary: TrainingSummary,
+    start: int,
+    n_batches: int,
+    hooks: TrainingHooks,
+) -> None:
+    """The final checkpoint, then the final evaluation unless the last batch was just evaluated."""
+    settings = parts.settings
     if start < n_batches:
         summary.final_checkpoint = await save_checkpoint(
             parts.trainer, parts.checkpoints, "final", n_batches, final=True
@@ -328,10 +406,9 @@ async def run_training(
     if settings.eval_every > 0 and not already_evaluated and (start < n_batches or not summary.evals):
         resources_id = await parts.store.add_resources({"main_llm": parts.server.as_resource()})
         final: dict[str, float] = {}
-        await _evaluate_and_record(parts, resources_id, n_batches, final, summary, hooks)
+        await evaluate_and_record(parts, resources_id, n_batches, final, summary, hooks)
         if final:
             parts.metrics.log_metrics(final, step=n_batches)
-    return summary
 
 
 async def _scorer(trainer: Trainer) -> LogprobScorer:
@@ -358,17 +435,17 @@ async def _load_reference(
     return await _scorer(parts.trainer)
 
 
-def _reached(settings: TrainingSettings, summary: TrainingSummary) -> bool:
+def reached(settings: TrainingSettings, summary: TrainingSummary) -> bool:
     return settings.target_test_reward is not None and (summary.reward_after or 0.0) >= settings.target_test_reward
 
 
-def _forward_rollouts(callback: Callable[[RolloutResult], None] | None) -> Callable[[int, RolloutResult], None] | None:
+def forward_rollouts(callback: Callable[[RolloutResult], None] | None) -> Callable[[int, RolloutResult], None] | None:
     if callback is None:
         return None
     return lambda _index, result: callback(result)
 
 
-async def _evaluate_and_record(
+async def evaluate_and_record(
     parts: TrainingParts[TaskGroupT, MemberT, GroupT, SpanT],
     resources_id: str,
     i_batch: int,

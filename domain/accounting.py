@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 from domain.groups import TIMED_OUT, RolloutResult
 
@@ -73,6 +73,13 @@ class BatchAccount:
             n_dropped_no_trainable=n_dropped_no_trainable,
             n_dropped_constant=len(kept_P) - n_kept - n_dropped_no_trainable,
         )
+
+    @classmethod
+    def merge(cls, accounts: Sequence[BatchAccount]) -> BatchAccount:
+        """One account over several (the groups an asynchronous step trains, each rolled out on its own)."""
+        if not accounts:
+            return cls()
+        return cls(*(sum(column) for column in zip(*(astuple(a) for a in accounts), strict=True)))
 
     @property
     def n_excluded(self) -> int:

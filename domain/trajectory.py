@@ -10,6 +10,8 @@ The rules, each a fix of the original Agent-lightning example:
 * ``episode_done`` marks the last *kept* transition, exactly once per non-empty trajectory.
 * A missing reward is an explicit policy: ``RewardPolicy.missing_reward`` for turns without one
   (0.0 by default, as the original), and the trajectory is flagged when the final turn has none.
+* Each transition keeps the policy version that sampled it (when the source said), so an
+  asynchronous trainer can measure how far off-policy the trajectory is.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ class TokenTransition:
     reward: float
     episode_done: bool
     metrics: Mapping[str, float] = field(default_factory=dict)
+    policy_version: int | None = None
+    """Version of the policy that sampled ``ac``; ``None`` when the source did not say (client spans)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +75,12 @@ class ReconstructedTrajectory:
     @property
     def is_empty(self) -> bool:
         return not self.transitions
+
+    @property
+    def oldest_policy_version(self) -> int | None:
+        """The oldest policy that sampled a kept transition: what staleness is measured from."""
+        versions = [t.policy_version for t in self.transitions if t.policy_version is not None]
+        return min(versions, default=None)
 
     def rejection_counts(self) -> Counter[RejectionReason]:
         return Counter(r.reason for r in self.rejections)
@@ -108,6 +118,7 @@ def reconstruct_trajectory(
                         reward=reward,
                         episode_done=False,
                         metrics={METRIC_NOT_NULL: 0.0 if turn.reward is None else 1.0},
+                        policy_version=turn.policy_version,
                     )
                 )
             case Failure(rejection):

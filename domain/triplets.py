@@ -23,6 +23,7 @@ MAX_TOKEN_ID = 2**31 - 1
 TokenId = Annotated[StrictInt, Field(ge=0, le=MAX_TOKEN_ID)]
 _token_ids_adapter: TypeAdapter[tuple[int, ...]] = TypeAdapter(tuple[TokenId, ...])
 _number_adapter: TypeAdapter[float] = TypeAdapter(StrictInt | StrictFloat)
+_version_adapter: TypeAdapter[int] = TypeAdapter(Annotated[StrictInt, Field(ge=0)])
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +33,8 @@ class RawTriplet:
     prompt: object
     response: object
     reward: object
+    metadata: object = None
+    """The triplet's metadata mapping (the endpoint's carries ``policy_version``); ``None`` if the source had none."""
 
 
 class ParsedTurn(BaseModel):
@@ -47,6 +50,8 @@ class ParsedTurn(BaseModel):
     """Sampling logprob of each response token; same length as ``response_tokens``."""
     reward: float | None
     """Reward attributed to this call, ``None`` when the agent emitted none for it."""
+    policy_version: int | None = None
+    """Version of the policy that sampled this call, ``None`` when the source did not say."""
 
 
 def parse_reward(raw: object) -> Result[float | None, RejectionReason]:
@@ -60,6 +65,20 @@ def parse_reward(raw: object) -> Result[float | None, RejectionReason]:
     if not math.isfinite(value):
         return Failure(RejectionReason.NON_FINITE_REWARD)
     return Success(value)
+
+
+def parse_policy_version(metadata: object) -> int | None:
+    """The ``policy_version`` a triplet's metadata names: an int >= 0, else ``None`` (unknown).
+
+    A malformed version is treated as absent, not rejected: the turn's tokens and logprobs are
+    still trainable, and the version only feeds staleness accounting, where unknown counts as fresh.
+    """
+    if not isinstance(metadata, Mapping):
+        return None
+    try:
+        return _version_adapter.validate_python(metadata.get("policy_version"))
+    except ValidationError:
+        return None
 
 
 def _token_ids(payload: Mapping[object, object]) -> Result[tuple[int, ...], RejectionReason]:
@@ -158,5 +177,6 @@ def parse_triplet(
             response_tokens=response_tokens,
             response_logprobs=logprobs,
             reward=reward,
+            policy_version=parse_policy_version(triplet.metadata),
         )
     )

@@ -19,6 +19,11 @@ class Checkpoint:
     state_path: str
     final: bool = False
     """Written at the end of a run (or at its early stop): resuming it trains nothing."""
+    frontier: int | None = None
+    """Asynchronous runs: the first dataset batch whose groups had not been started (``batch`` counts steps)."""
+    pending: tuple[tuple[int, int], ...] = ()
+    """Asynchronous runs: (batch, group) of every group before ``frontier`` not trained yet (in flight at the
+    checkpoint): a resumed run rolls them out again, and trains no group twice."""
 
 
 class CheckpointLog(Protocol):

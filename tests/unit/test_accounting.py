@@ -116,3 +116,13 @@ def test_every_status_label_is_reported() -> None:
 def test_inconsistent_inputs_are_refused(trainable_PG: list[list[bool]], kept_P: list[bool]) -> None:
     with pytest.raises(ValueError):
         BatchAccount.of([[result("succeeded")]], trainable_PG, kept_P)
+
+
+@given(st.lists(st.builds(BatchAccount, *[st.integers(0, 50)] * 11), max_size=5))
+def test_merged_accounts_sum_every_count(accounts: list[BatchAccount]) -> None:
+    merged = BatchAccount.merge(accounts)
+
+    assert merged.n_enqueued == sum(a.n_enqueued for a in accounts)
+    assert merged.n_trained == sum(a.n_trained for a in accounts)
+    assert merged.n_dropped_constant == sum(a.n_dropped_constant for a in accounts)
+    assert merged.n_excluded == sum(a.n_excluded for a in accounts)

@@ -12,7 +12,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = {"agentlightning", "tinker", "tinker_cookbook", "torch", "litellm", "transformers", "openai", "httpx"}
 IO = {"socket", "subprocess", "urllib", "http", "requests", "asyncio", "os", "pathlib", "shutil", "sqlite3"}
-USE_CASES = {"app/rollouts.py", "app/group_rollouts.py", "app/evaluation.py", "app/training.py"}
+USE_CASES = {
+    "app/rollouts.py",
+    "app/group_rollouts.py",
+    "app/evaluation.py",
+    "app/training.py",
+    "app/async_training.py",
+}
 """The application's use cases: they run on ports and domain data only."""
 FACES_AND_ROOTS = {
     "app/agl_algorithm.py",  # the agl.Trainer face: an Agent-lightning Algorithm over the training loop

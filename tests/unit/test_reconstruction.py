@@ -137,3 +137,39 @@ def test_ids_beyond_the_policys_vocabulary_are_rejected_and_counted(triplet: Raw
         assert [r.reason for r in result.rejections] == [RejectionReason.TOKEN_OUT_OF_VOCAB]
     else:
         assert len(result.transitions) == 1 and not result.rejections
+
+
+def versioned(version: object, *, metadata: bool = True) -> RawTriplet:
+    base = triplet([1], [2], reward=1.0)
+    return RawTriplet(base.prompt, base.response, base.reward, {"policy_version": version} if metadata else None)
+
+
+class TestPolicyVersion:
+    @given(st.lists(st.one_of(st.none(), st.integers(min_value=0, max_value=10**6)), max_size=8))
+    def test_each_transition_keeps_its_version_and_the_oldest_is_the_min(self, versions: list[int | None]) -> None:
+        result = reconstruct_trajectory([versioned(v) for v in versions])
+        assert [t.policy_version for t in result.transitions] == versions
+        known = [v for v in versions if v is not None]
+        assert result.oldest_policy_version == (min(known) if known else None)
+
+    @given(st.lists(any_triplet, max_size=8))
+    def test_triplets_without_metadata_have_no_version(self, triplets: list[RawTriplet]) -> None:
+        result = reconstruct_trajectory(triplets)
+        assert all(t.policy_version is None for t in result.transitions)
+        assert result.oldest_policy_version is None
+
+    @given(st.one_of(st.integers(max_value=-1), st.floats(), st.text(), st.booleans(), st.lists(st.integers())))
+    def test_a_malformed_version_is_unknown_and_the_turn_is_still_kept(self, version: object) -> None:
+        result = reconstruct_trajectory([versioned(version)])
+        assert len(result.transitions) == 1 and not result.rejections
+        assert result.transitions[0].policy_version is None
+
+    def test_rejected_turns_do_not_count_towards_the_oldest_version(self) -> None:
+        broken = RawTriplet({"token_ids": [1]}, {"token_ids": []}, None, {"policy_version": 0})
+        result = reconstruct_trajectory([broken, versioned(3), versioned(None, metadata=False)])
+        assert [t.policy_version for t in result.transitions] == [3, None]
+        assert result.oldest_policy_version == 3
+
+    def test_metadata_that_is_not_a_mapping_is_ignored(self) -> None:
+        raw = RawTriplet({"token_ids": [1]}, {"token_ids": [2], "logprobs": [-0.1]}, None, ["policy_version", 4])
+        assert parse_triplet(0, raw).unwrap().policy_version is None

@@ -1,0 +1,316 @@
+"""Asynchronous off-policy training: runners keep rolling out while the trainer steps.
+
+tinker-cookbook's async semantics over agent rollouts. Every GRPO group (one task, ``group_size``
+rollouts) is rolled out on its own as soon as admission allows: dataset batch ``b`` may start
+once the trainer is at step ``b - sampling_steps_ahead`` or later. Each step takes exactly
+``groups_per_batch`` finished groups, in the order they finish (a slow group never holds a step
+up, and a step never trains part of a group). A group's staleness is the number of policy versions
+between the oldest version that sampled it (the endpoint tags each completion) and the step that
+trains it; under ``StalenessPolicy.DISCARD`` (the cookbook's) a group more than
+``max_steps_off_policy`` behind is dropped and its task rolled out again, under ``ADMIT`` admission
+alone bounds it. Sampling logprobs are the sampling version's own, so the importance-sampling and
+PPO ratios stay right off-policy; ``optim/ratio_clip_frac`` shows how far the data drifted.
+
+The endpoint swaps weights between requests (a completion is sampled by one version). Evaluation
+needs the endpoint at its eval temperature, so it waits until no training rollout is running and
+holds new ones until it is done. A checkpoint records the dataset frontier and the groups before it
+still in flight; a resumed run rolls those out again and starts new ones from the frontier, so a
+crash trains no group twice and loses none. Metrics per step: ``async/staleness_{mean,max}``,
+``async/groups_{stale_dropped,requeued}``, ``time/trainer_idle`` (waiting for groups),
+``async/rollouts_running`` when the step began, and the rollout accounting of the groups trained.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Generic
+
+from app.group_rollouts import GroupedBatch, GroupRolloutOptions, rollout_groups
+from app.training import (
+    AsyncSettings,
+    NothingToTrain,
+    TrainingHooks,
+    TrainingParts,
+    TrainingSummary,
+    begin_run,
+    evaluate_and_record,
+    finish_run,
+    forward_rollouts,
+    reached,
+    save_checkpoint,
+    train_step,
+)
+from domain.accounting import BatchAccount
+from domain.staleness import StalenessPolicy, staleness_metrics, steps_behind
+from ports.rollout_store import SpanT
+from ports.trajectory_groups import GroupT, MemberT, TaskGroupT
+
+logger = logging.getLogger(__name__)
+
+GroupKey = tuple[int, int]
+"""(dataset batch, group index in it)."""
+
+
+@dataclass(slots=True)
+class _Finished(Generic[TaskGroupT, GroupT]):
+    key: GroupKey
+    task_group: TaskGroupT
+    batch: GroupedBatch[GroupT]
+    started_version: int
+
+
+@dataclass(slots=True)
+class _Flow:
+    """What the producer and the trainer share."""
+
+    step: int
+    version: int
+    frontier: int
+    """The next dataset batch to start."""
+    open_keys: set[GroupKey] = field(default_factory=set)
+    """Started and not yet trained (nor dropped for good)."""
+    running: int = 0
+    """Group rollouts under way right now."""
+    rollouts_allowed: asyncio.Event = field(default_factory=asyncio.Event)
+    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+
+
+async def run_async_training(
+    parts: TrainingParts[TaskGroupT, MemberT, GroupT, SpanT], hooks: TrainingHooks | None = None
+) -> TrainingSummary:
+    """Train from the last checkpoint to the end of the dataset with rollouts running ahead of the trainer."""
+    settings = parts.settings
+    assert settings.asynchronous is not None, "run_training dispatches here only in async mode"
+    config: AsyncSettings = settings.asynchronous
+    hooks = hooks or TrainingHooks()
+    log = hooks.on_log or logger.info
+    begun = await begin_run(parts, hooks, log)
+    if isinstance(begun, TrainingSummary):
+        return begun
+    start, n_batches, reference = begun.start, begun.n_batches, begun.reference
+    summary = TrainingSummary(start_batch=start, end_batch=n_batches)
+    resume = begun.resume
+    frontier = resume.frontier if resume is not None and resume.frontier is not None else start
+    flow = _Flow(step=start, version=begun.policy_version, frontier=frontier)
+    flow.rollouts_allowed.set()
+    finished: asyncio.Queue[_Finished[TaskGroupT, GroupT] | BaseException] = asyncio.Queue()
+    resources_id = await parts.store.add_resources({"main_llm": parts.server.as_resource()})
+    group_slots = asyncio.Semaphore(max(1, settings.rollouts.concurrency // max(1, _group_size(parts, start))))
+    tasks: set[asyncio.Task[None]] = set()
+    n_dataset = len(parts.dataset)
+
+    async def roll(key: GroupKey, task_group: TaskGroupT) -> None:
+        try:
+            async with group_slots:
+                await flow.rollouts_allowed.wait()
+                flow.running += 1
+                try:
+                    started = flow.version
+                    batch = await rollout_groups(
+                        [task_group],
+                        resources_id,
+                        key[0],
+                        store=parts.store,
+                        triplets=parts.triplets,
+                        assembler=parts.assembler,
+                        mode="train",
+                        options=GroupRolloutOptions(
+                            rollouts=replace(settings.rollouts, concurrency=max(1, task_group.num_envs)),
+                            remove_constant_reward_groups=settings.remove_constant_reward_groups,
+                        ),
+                        on_result=forward_rollouts(hooks.on_rollout),
+                    )
+                finally:
+                    flow.running -= 1
+                    async with flow.changed:
+                        flow.changed.notify_all()
+            await finished.put(_Finished(key, task_group, batch, started))
+        except asyncio.CancelledError:
+            raise
+        except BaseException as error:  # NoRunners, StoreUnavailable: the trainer re-raises it
+            await finished.put(error)
+
+    def spawn(key: GroupKey, task_group: TaskGroupT) -> None:
+        flow.open_keys.add(key)
+        task = asyncio.create_task(roll(key, task_group), name=f"group-{key[0]}-{key[1]}")
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    async def produce() -> None:
+        if resume is not None:
+            for b, i in resume.pending:
+                spawn((b, i), parts.dataset.get_batch(b)[i])
+        while flow.frontier < min(n_batches, n_dataset):
+            async with flow.changed:
+                await flow.changed.wait_for(lambda: flow.frontier <= flow.step + config.sampling_steps_ahead)
+            b = flow.frontier
+            for i, task_group in enumerate(parts.dataset.get_batch(b)):
+                spawn((b, i), task_group)
+            flow.frontier = b + 1
+
+    producer = asyncio.create_task(produce(), name="async-producer")
+    groups_per_step = config.groups_per_batch or len(parts.dataset.get_batch(start))
+    n_empty = 0
+    last_empty: tuple[int, BatchAccount] | None = None
+    try:
+        for step in range(start, n_batches):
+            t_start = time.perf_counter()
+            metrics: dict[str, float] = {
+                "progress/batch": float(step),
+                "progress/done_frac": (step + 1) / n_batches,
+                "optim/lr": settings.learning_rate,
+                "async/rollouts_running": float(flow.running),
+            }
+            if settings.eval_every > 0 and step % settings.eval_every == 0:
+                await _evaluate_between_rollouts(parts, flow, resources_id, step, metrics, summary, hooks)
+                if reached(settings, summary) and step > start:
+                    log(f"test reward {summary.reward_after:.3f} reached the target {settings.target_test_reward}")
+                    parts.metrics.log_metrics(metrics, step=step)
+                    summary.end_batch = n_batches = step
+                    break
+            if hooks.on_batch_start:
+                hooks.on_batch_start(step, sum(_group_sizes(parts, step)))
+            t_wait = time.perf_counter()
+            taken, dropped = await _take_groups(finished, flow, config, groups_per_step, producer, tasks, spawn)
+            metrics["time/trainer_idle"] = time.perf_counter() - t_wait
+            metrics["async/groups_stale_dropped"] = float(dropped)
+            metrics["async/groups_requeued"] = float(dropped if config.stale is StalenessPolicy.DISCARD else 0)
+            groups = [g for item in taken for g in item.batch.groups]
+            behind = [
+                steps_behind(flow.version, oldest if oldest is not None else item.started_version)
+                for item in taken
+                for oldest in item.batch.oldest_versions
+            ]
+            metrics.update(staleness_metrics(behind))
+            account = BatchAccount.merge([item.batch.account for item in taken])
+            metrics.update(account.metrics())
+            if groups:
+                metrics.update(parts.assembler.batch_metrics(groups, [item.task_group for item in taken]))
+            if account.has_trainable:
+                n_empty = 0
+            else:
+                n_empty, last_empty = n_empty + 1, (step, account)
+            stop = 0 < settings.max_empty_batches <= n_empty
+
+            t_train = time.perf_counter()
+            if groups:
+                _data, train_metrics = await train_step(parts.trainer, parts.data, settings, groups, reference)
+                metrics.update(train_metrics)
+                flow.version = parts.server.set_sampler(await parts.trainer.sampler(f"batch-{step + 1:06d}"))
+            else:
+                log(f"step {step}: nothing to train ({account.describe()})")
+            metrics["time/train"] = time.perf_counter() - t_train
+            flow.open_keys.difference_update(item.key for item in taken)
+            async with flow.changed:
+                flow.step = step + 1
+                flow.changed.notify_all()
+
+            done = step + 1
+            if not stop and settings.save_every > 0 and done % settings.save_every == 0 and done < n_batches:
+                pending = sorted(k for k in flow.open_keys if k[0] < flow.frontier)
+                await save_checkpoint(
+                    parts.trainer, parts.checkpoints, f"{done:06d}", done, frontier=flow.frontier, pending=pending
+                )
+            metrics.update(parts.server.take_metrics())
+            metrics["time/total"] = time.perf_counter() - t_start
+            parts.metrics.log_metrics(metrics, step=step)
+            if hooks.on_batch_end:
+                hooks.on_batch_end(step, metrics)
+            if stop and last_empty is not None:
+                raise NothingToTrain.after(n_empty, *last_empty)
+        if last_empty is not None and n_empty == n_batches - start:
+            raise NothingToTrain.after(n_empty, *last_empty)
+    finally:
+        producer.cancel()
+        for task in list(tasks):
+            task.cancel()
+        await asyncio.gather(producer, *tasks, return_exceptions=True)
+    await finish_run(parts, summary, start, n_batches, hooks)
+    return summary
+
+
+async def _take_groups(
+    finished: asyncio.Queue[_Finished[TaskGroupT, GroupT] | BaseException],
+    flow: _Flow,
+    config: AsyncSettings,
+    n: int,
+    producer: asyncio.Task[None],
+    tasks: set[asyncio.Task[None]],
+    spawn: Callable[[GroupKey, TaskGroupT], None],
+) -> tuple[list[_Finished[TaskGroupT, GroupT]], int]:
+    """The next ``n`` finished groups that are fresh enough (fewer when the dataset runs out), and how many were
+    dropped as stale (each one's task is rolled out again)."""
+    taken: list[_Finished[TaskGroupT, GroupT]] = []
+    dropped = 0
+    while len(taken) < n:
+        if finished.empty() and not tasks and producer.done():
+            if producer.exception() is not None:
+                raise producer.exception()  # type: ignore[misc]
+            break
+        item = await _next(finished, producer, tasks)
+        if item is None:
+            continue
+        if isinstance(item, BaseException):
+            raise item
+        oldest = [v for v in item.batch.oldest_versions if v is not None]
+        sampled = min(oldest) if oldest else item.started_version
+        stale = steps_behind(flow.version, sampled) > config.max_steps_off_policy
+        if config.stale is StalenessPolicy.DISCARD and stale:
+            dropped += 1
+            logger.info("group %s is %d versions behind: rolled out again", item.key, flow.version - sampled)
+            spawn(item.key, item.task_group)
+            continue
+        taken.append(item)
+    return taken, dropped
+
+
+async def _next(
+    finished: asyncio.Queue[_Finished[TaskGroupT, GroupT] | BaseException],
+    producer: asyncio.Task[None],
+    tasks: set[asyncio.Task[None]],
+) -> _Finished[TaskGroupT, GroupT] | BaseException | None:
+    """The next finished group, or None when the producer ended meanwhile (so the caller re-checks)."""
+    getter = asyncio.ensure_future(finished.get())
+    waiters: set[asyncio.Future[object]] = {getter}  # type: ignore[arg-type]
+    if not producer.done():
+        waiters.add(producer)  # type: ignore[arg-type]
+    elif not tasks:
+        waiters.add(asyncio.ensure_future(asyncio.sleep(0.05)))
+    await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    if getter.done():
+        return getter.result()
+    getter.cancel()
+    return None
+
+
+async def _evaluate_between_rollouts(
+    parts: TrainingParts[TaskGroupT, MemberT, GroupT, SpanT],
+    flow: _Flow,
+    resources_id: str,
+    step: int,
+    metrics: dict[str, float],
+    summary: TrainingSummary,
+    hooks: TrainingHooks,
+) -> None:
+    """Hold new training rollouts, wait for the running ones, evaluate, let them go again."""
+    flow.rollouts_allowed.clear()
+    try:
+        async with flow.changed:
+            await flow.changed.wait_for(lambda: flow.running == 0)
+        await evaluate_and_record(parts, resources_id, step, metrics, summary, hooks)
+    finally:
+        flow.rollouts_allowed.set()
+
+
+def _group_sizes(parts: TrainingParts[TaskGroupT, MemberT, GroupT, SpanT], batch: int) -> Sequence[int]:
+    if batch >= len(parts.dataset):
+        return [0]
+    return [g.num_envs for g in parts.dataset.get_batch(batch)]
+
+
+def _group_size(parts: TrainingParts[TaskGroupT, MemberT, GroupT, SpanT], batch: int) -> int:
+    return max(_group_sizes(parts, batch))

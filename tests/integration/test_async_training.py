@@ -1,0 +1,72 @@
+"""The asynchronous mode through the real pipeline: rollouts for later steps run while the trainer steps.
+
+Same set-up as test_training.py (embedded store over HTTP, concurrent runner processes, the policy
+endpoint over the local backend, reconstruction, cookbook datums, local trainer).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from adapters.run_log import CHECKPOINTS_FILE
+from app.launch import train
+from app.training import REWARD_KEY, TrainingHooks
+from tests.integration.test_training import batch_lines, config
+
+pytestmark = pytest.mark.slow
+
+ASYNC = {"async.enabled": "true", "async.sampling_steps_ahead": 1, "async.max_steps_off_policy": 1}
+
+
+async def test_async_mode_learns_with_bounded_staleness(tmp_path: Path) -> None:
+    cfg = config(tmp_path, max_batches=12, seed=1, kl_penalty_coef=0, **ASYNC)
+    summary = await train(cfg)
+
+    lines = batch_lines(Path(cfg.log_path))
+    rewards = [m[REWARD_KEY] for m in lines]
+    assert summary.end_batch == len(rewards) == 12
+    first, last = sum(rewards[:3]) / 3, sum(rewards[-3:]) / 3
+    assert first < 0.5, rewards
+    assert last > first + 0.3, rewards
+    assert all(m["optim/n_datums"] > 0 and m["groups/n_kept"] + m["groups/n_dropped_constant"] == 4 for m in lines)
+    assert all(m["async/staleness_max"] <= 1 for m in lines)
+    assert any(m["async/staleness_max"] == 1 for m in lines), "no group was ever sampled ahead of its step"
+    assert all("optim/ratio_clip_frac" in m and "time/trainer_idle" in m for m in lines)
+
+
+async def test_stale_groups_are_dropped_and_rolled_out_again(tmp_path: Path) -> None:
+    """Sampling two steps ahead but training nothing older than the current policy: the early groups are stale."""
+    cfg = config(tmp_path, max_batches=4, **{**ASYNC, "async.sampling_steps_ahead": 2, "async.max_steps_off_policy": 0})
+    await train(cfg)
+
+    lines = batch_lines(Path(cfg.log_path))
+    assert len(lines) == 4
+    assert sum(m["async/groups_stale_dropped"] for m in lines) > 0
+    assert all(m["async/staleness_max"] == 0 for m in lines if "async/staleness_max" in m)
+    assert all(m["rollouts/n_enqueued"] == 32 for m in lines), "each step trains exactly 4 whole groups of 8"
+
+
+async def test_an_async_run_resumes_with_its_in_flight_groups_and_no_step_twice(tmp_path: Path) -> None:
+    cfg = config(tmp_path, max_batches=4, save_every=2, **ASYNC)
+
+    def crash(step: int, _n: int) -> None:
+        if step == 3:
+            raise RuntimeError("simulated crash")
+
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        await train(cfg, TrainingHooks(on_batch_start=crash))
+    run = Path(cfg.log_path)
+    (record,) = [json.loads(line) for line in (run / CHECKPOINTS_FILE).read_text().splitlines()]
+    assert record["batch"] == 2
+    assert 2 <= record["async_frontier"] <= 4
+    assert all(b < record["async_frontier"] for b, _ in record["async_pending"])
+
+    summary = await train(cfg)
+
+    assert (summary.start_batch, summary.end_batch) == (2, 4)
+    assert [m["progress/batch"] for m in batch_lines(run)] == [0, 1, 2, 3]
+    final_state = json.loads((Path(record["state_path"]).parent / "final" / "state.json").read_text())
+    assert final_state["steps"] == cfg.warm_start.steps + 4
