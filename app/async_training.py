@@ -17,6 +17,7 @@ holds new ones until it is done. A checkpoint records the dataset frontier and t
 still in flight; a resumed run rolls those out again and starts new ones from the frontier, so a
 crash trains no group twice and loses none. Metrics per step: ``async/staleness_{mean,max}``,
 ``async/groups_{stale_dropped,requeued}``, ``time/trainer_idle`` (waiting for groups),
+``time/rollouts_idle`` (no group rollout running: the runners waited on admission or evaluation),
 ``async/rollouts_running`` when the step began, and the rollout accounting of the groups trained.
 """
 
@@ -75,8 +76,30 @@ class _Flow:
     """Started and not yet trained (nor dropped for good)."""
     running: int = 0
     """Group rollouts under way right now."""
+    idle_since: float | None = None
+    """When ``running`` last fell to 0 (None while some run)."""
+    idle_s: float = 0.0
+    """Seconds with no group rollout running, summed since the last ``take_idle``."""
     rollouts_allowed: asyncio.Event = field(default_factory=asyncio.Event)
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+
+    def started_one(self) -> None:
+        if self.running == 0 and self.idle_since is not None:
+            self.idle_s += time.perf_counter() - self.idle_since
+            self.idle_since = None
+        self.running += 1
+
+    def ended_one(self) -> None:
+        self.running -= 1
+        if self.running == 0:
+            self.idle_since = time.perf_counter()
+
+    def take_idle(self) -> float:
+        """Rollout-idle seconds since the last call (runners had nothing to run: the trainer held them up)."""
+        now = time.perf_counter()
+        idle = self.idle_s + (now - self.idle_since if self.idle_since is not None else 0.0)
+        self.idle_s, self.idle_since = 0.0, (now if self.idle_since is not None else None)
+        return idle
 
 
 async def run_async_training(
@@ -95,7 +118,7 @@ async def run_async_training(
     summary = TrainingSummary(start_batch=start, end_batch=n_batches)
     resume = begun.resume
     frontier = resume.frontier if resume is not None and resume.frontier is not None else start
-    flow = _Flow(step=start, version=begun.policy_version, frontier=frontier)
+    flow = _Flow(step=start, version=begun.policy_version, frontier=frontier, idle_since=time.perf_counter())
     flow.rollouts_allowed.set()
     finished: asyncio.Queue[_Finished[TaskGroupT, GroupT] | BaseException] = asyncio.Queue()
     resources_id = await parts.store.add_resources({"main_llm": parts.server.as_resource()})
@@ -107,7 +130,7 @@ async def run_async_training(
         try:
             async with group_slots:
                 await flow.rollouts_allowed.wait()
-                flow.running += 1
+                flow.started_one()
                 try:
                     started = flow.version
                     batch = await rollout_groups(
@@ -125,7 +148,7 @@ async def run_async_training(
                         on_result=forward_rollouts(hooks.on_rollout),
                     )
                 finally:
-                    flow.running -= 1
+                    flow.ended_one()
                     async with flow.changed:
                         flow.changed.notify_all()
             await finished.put(_Finished(key, task_group, batch, started))
@@ -216,6 +239,7 @@ async def run_async_training(
                     parts.trainer, parts.checkpoints, f"{done:06d}", done, frontier=flow.frontier, pending=pending
                 )
             metrics.update(parts.server.take_metrics())
+            metrics["time/rollouts_idle"] = flow.take_idle()
             metrics["time/total"] = time.perf_counter() - t_start
             parts.metrics.log_metrics(metrics, step=step)
             if hooks.on_batch_end:
