@@ -20,7 +20,7 @@ from functools import partial
 from typing import TypeVar, cast
 
 import aiohttp
-from agentlightning import LightningStore, NamedResources, RolloutConfig, Span, TraceToTripletBase
+from agentlightning import LightningStore, LightningStoreClient, NamedResources, RolloutConfig, Span, TraceToTripletBase
 from agentlightning.types import AttemptedRollout, EnqueueRolloutRequest
 
 from domain.triplets import RawTriplet
@@ -173,7 +173,11 @@ class AglRolloutStore:
         if not rollout_ids:
             return {}
         ids = list(rollout_ids)
-        rollouts = await self._call(lambda: self.store.query_rollouts(rollout_id_in=ids))
+        if isinstance(self.store, LightningStoreClient):  # one request; the server scans its rollouts once
+            rollouts = await self._call(lambda: self.store.query_rollouts(rollout_id_in=ids))
+        else:  # in process: lookups by id, where a query by ``rollout_id_in`` scans every rollout ever held
+            found = await self._call(lambda: asyncio.gather(*(self.store.get_rollout_by_id(rid) for rid in ids)))
+            rollouts = [r for r in found if r is not None]
         return {
             r.rollout_id: TakenRollout(started_at=r.attempt.start_time, worker_id=r.attempt.worker_id)
             for r in rollouts

@@ -355,11 +355,12 @@ class ConcurrentRunner:
         """Cancel the agents of rollouts that ended in the store while running (timed out, cancelled)."""
         ids = list(self._running)
         try:
-            rollouts = await self._store.query_rollouts(rollout_id_in=ids)
+            # Per-id lookups: a query by ``rollout_id_in`` scans every rollout the store ever held.
+            ended = await self._store.wait_for_rollouts(rollout_ids=ids, timeout=0)
         except Exception as error:
             logger.warning("could not check the status of %d running rollouts: %s", len(ids), error)
             return
-        for rollout in rollouts:
+        for rollout in ended:
             task = self._running.get(rollout.rollout_id)
             if task is not None and rollout.status in TERMINAL:
                 task.cancel()

@@ -5,7 +5,8 @@ pending rollout (no per-rollout polling, no blocking waits); the tick starts at 
 milliseconds and backs off while nothing changes. At most ``concurrency`` rollouts are in the store
 at once. Every rollout has two deadlines: ``queue_timeout_s`` to be taken by a runner (a runner
 starting up slowly loses nothing), then ``rollout_timeout_s`` from the moment its attempt started
-(the store's ``start_time``; one batched ``taken`` call per tick while some rollout still waits). A
+(the store's ``start_time``; one batched ``taken`` call every ``start_check_s`` while some rollout still
+waits). A
 rollout that misses either is cancelled in the store and reported as ``timed_out`` without holding up
 the others. With a ``RunnerPool`` (runner processes this run started), a rollout whose runner process
 died ends at once as ``failed``, a hung agent's process is restarted, and a pool that gave up every
@@ -56,6 +57,8 @@ class RolloutOptions:
     min_tick_s: float = 0.02
     max_tick_s: float = 0.5
     """Idle back-off ceiling of the completion check."""
+    start_check_s: float = 0.25
+    """How often queued rollouts are checked for having been taken (their running deadline starts then)."""
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     reward_policy: RewardPolicy = field(default_factory=RewardPolicy)
     vocab_size: int | None = None
@@ -117,6 +120,7 @@ async def run_rollouts(
     runners = options.runners
     next_request = 0
     tick = options.min_tick_s
+    last_start_check = -float("inf")
 
     def record(index: int, result: RolloutResult) -> None:
         results[index] = result
@@ -162,7 +166,9 @@ async def run_rollouts(
             await asyncio.gather(*(finish(index, rid, status) for index, rid, status in done))
 
         waiting = [rid for rid, entry in pending.items() if not entry.started]
-        if waiting:
+        queue_expired = any(not e.started and e.deadline <= time.monotonic() for e in pending.values())
+        if waiting and (queue_expired or time.monotonic() - last_start_check >= options.start_check_s):
+            last_start_check = time.monotonic()
             taken = await store.taken(waiting)
             stats.store_calls += 1
             now, wall = time.monotonic(), time.time()
