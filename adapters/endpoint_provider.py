@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import logging
 import threading
 import time
 import uuid
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar, cast
@@ -59,6 +60,8 @@ from ports.policy import SampledSequence, Sampler, SamplingParams, StopReason
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
+RENDER_CACHE_SIZE = 4096
+"""Conversations whose rendered prompt tokens the provider remembers (least recently used dropped first)."""
 MAX_STOP_STRINGS = 4
 """OpenAI's limit on ``stop`` entries in one request."""
 
@@ -317,6 +320,7 @@ class PolicyProvider(CustomLLM):
         self._served = ServedTurns()
         self._end_of_turn = frozenset(s for s in self._renderer_stops if isinstance(s, int))
         self._counters: Counter[str] = Counter()
+        self._renders: OrderedDict[str, tuple[int, ...]] = OrderedDict()
 
     @property
     def snapshot(self) -> PolicySnapshot:
@@ -442,6 +446,25 @@ class PolicyProvider(CustomLLM):
         await self._record(span)
         return response
 
+    def _rendered(self, messages: Sequence[Mapping[str, object]], tools: object) -> list[int]:
+        """``prompt_tokens``, remembered for recent conversations: a GRPO group sends the same first prompt
+        ``group_size`` times, and rendering (chat template, tokenizer) is most of a request's CPU."""
+        try:
+            key = json.dumps([messages, tools], sort_keys=True)
+        except (TypeError, ValueError):
+            return prompt_tokens(self._renderer, messages, tools)
+        with self._lock:
+            cached = self._renders.get(key)
+            if cached is not None:
+                self._renders.move_to_end(key)
+                return list(cached)
+        tokens = prompt_tokens(self._renderer, messages, tools)
+        with self._lock:
+            self._renders[key] = tuple(tokens)
+            if len(self._renders) > RENDER_CACHE_SIZE:
+                self._renders.popitem(last=False)
+        return tokens
+
     def _prompt(
         self,
         call: RolloutCall | None,
@@ -450,14 +473,14 @@ class PolicyProvider(CustomLLM):
         tools: object,
     ) -> tuple[list[int], str]:
         """The prompt tokens: extending the rollout's served turn token for token when the history allows."""
-        full = prompt_tokens(self._renderer, messages, tools)
+        full = self._rendered(messages, tools)
         if call is None:
             return full, "unattributed"
         match match_served_turn(normal_G, tools_key(tools), self._served.of(call)):
             case Success(None):
                 return full, "first_turn"
             case Success(TurnMatch() as found):
-                prefix = prompt_tokens(self._renderer, messages[: found.n_prefix_messages], tools)
+                prefix = self._rendered(messages[: found.n_prefix_messages], tools)
                 match splice_prompt(found.turn, prefix, full, self._end_of_turn):
                     case Success(spliced):
                         return list(spliced), "extended"
