@@ -49,6 +49,10 @@ _required_key_env: list[str] = []
 """The environment variable holding the key the running LiteLLM endpoint requires (empty: none)."""
 
 
+KEEP_ALIVE_S = 65
+"""Seconds an idle client connection stays open on the server side."""
+
+
 class ServerStartError(RuntimeError):
     """The server could not bind or start; the message names the address."""
 
@@ -255,6 +259,9 @@ class LeanServer:
             access_log=False,
             lifespan="off",
             timeout_graceful_shutdown=5,
+            # Longer than clients keep idle connections (httpx: 5 s), so a client never reuses a connection
+            # the server is closing (with uvicorn's 5 s both race, and agents saw httpx ReadErrors).
+            timeout_keep_alive=KEEP_ALIVE_S,
         )
         server = _EmbeddedServer(config)
         task = asyncio.create_task(server.serve(sockets=[sock]), name=f"policy-endpoint:{self._bound_port}")

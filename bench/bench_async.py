@@ -1,0 +1,225 @@
+"""Synchronous vs asynchronous off-policy training, side by side, through the real pipeline.
+
+Two workloads, each trained the same number of steps in both modes with the same config, seed,
+tiny model, warm start and batches (embedded store over HTTP, runner processes, policy endpoint,
+reconstruction, cookbook datums, local trainer):
+
+* ``latency``: ``bench.async_agents:latency_agent``, the demo's task and reward behind a long-tailed
+  wait (lognormal, median 0.3 s, capped at 5 s) seeded by the task's content, so both modes see the
+  same latencies. The tasks are the demo's ten words, ``--variants`` times each with a ``variant``
+  field (so there are more than ten distinct latencies), the test set the ten plain words, and
+  the warm start the demo's own format chats.
+* ``demo``: the demo itself (``tasks=demo``, ``app.demo_agent:digit_agent``, no added latency).
+
+Training time (``train s``) is the sum of ``time/total`` over the step lines of metrics.jsonl minus
+step 0's ``time/eval``: every step from the first to the last, the in-loop evaluations after step 0
+included; start-up (the first evaluation waits for the runner processes to start), the warm start
+and the final evaluation after the last step excluded. ``start`` is that step-0 evaluation. ``wall`` is the whole
+``train()`` call, start-up included. The test reward is the last ``test/`` reward (the final
+evaluation, after the last step).
+
+    .venv/bin/python bench/bench_async.py [--steps N] [--only latency|demo] \
+        [--async discard,admit,ahead2] [--variants 8] [key=value ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("TINKER_TELEMETRY", "0")
+os.environ.setdefault("LITELLM_DONT_SHOW_FEEDBACK_BOX", "true")
+os.environ.setdefault("AGENTOPS_LOG_LEVEL", "ERROR")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from app.config import load_config
+from app.demo_task import digit_tasks, format_warm_start
+from app.launch import train
+from app.training import REWARD_KEY
+from bench.async_agents import task_latency_s
+from domain.metric_names import TEST_REWARD
+
+COMMON = ["batch_size=8", "group_size=8", "eval_every=10", "warm_start.steps=100", "seed=0"]
+"""Both workloads, both modes (the command line's overrides go after these)."""
+DEFAULT_STEPS = {"latency": 20, "demo": 30}
+ASYNC_MODES: dict[str, list[str]] = {
+    "discard": ["async.enabled=true", "async.sampling_steps_ahead=1", "async.max_steps_off_policy=1"],
+    "admit": [
+        "async.enabled=true",
+        "async.sampling_steps_ahead=1",
+        "async.max_steps_off_policy=1",
+        "async.stale=admit",
+    ],
+    "ahead2": ["async.enabled=true", "async.sampling_steps_ahead=2", "async.max_steps_off_policy=2"],
+}
+
+
+@dataclass
+class Result:
+    name: str
+    wall_s: float
+    steps: list[dict[str, Any]]
+    test_rewards: list[tuple[int, float]]
+
+    def total(self, key: str) -> float:
+        return sum(float(m.get(key, 0.0)) for m in self.steps)
+
+    @property
+    def startup_s(self) -> float:
+        """The first evaluation (step 0): it waits for the runner processes to start and import the agent."""
+        return float(self.steps[0].get("time/eval", 0.0)) if self.steps else 0.0
+
+    @property
+    def train_s(self) -> float:
+        return self.total("time/total") - self.startup_s
+
+    @property
+    def test_reward(self) -> float | None:
+        return self.test_rewards[-1][1] if self.test_rewards else None
+
+    def train_reward_tail(self, n: int = 5) -> float | None:
+        rewards = [float(m[REWARD_KEY]) for m in self.steps if REWARD_KEY in m]
+        return statistics.fmean(rewards[-n:]) if rewards else None
+
+    def staleness(self) -> tuple[float, float] | None:
+        means = [float(m["async/staleness_mean"]) for m in self.steps if "async/staleness_mean" in m]
+        maxes = [float(m["async/staleness_max"]) for m in self.steps if "async/staleness_max" in m]
+        if not means:
+            return None
+        return statistics.fmean(means), max(maxes)
+
+
+def read_metrics(log_path: Path) -> tuple[list[dict[str, Any]], list[tuple[int, float]]]:
+    lines = [json.loads(line) for line in (log_path / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    steps = [m for m in lines if "progress/batch" in m and "time/total" in m]
+    tests = [(int(m.get("step", -1)), float(m[TEST_REWARD])) for m in lines if TEST_REWARD in m]
+    return steps, tests
+
+
+def run(name: str, overrides: list[str], log_path: Path) -> Result:
+    config = load_config(None, [f"log_path={log_path}", *overrides]).unwrap()
+    started = time.perf_counter()
+    asyncio.run(train(config))
+    wall = time.perf_counter() - started
+    steps, tests = read_metrics(log_path)
+    return Result(name, wall, steps, tests)
+
+
+def latency_files(workdir: Path, variants: int, overrides: list[str]) -> list[str]:
+    """The latency workload's task, test and warm-start files (the demo's words, chats and seed)."""
+    base = load_config(None, [*COMMON, *overrides]).unwrap()
+    workdir.mkdir(parents=True, exist_ok=True)
+    tasks = [{**t, "variant": v} for v in range(variants) for t in digit_tasks()]
+    test = digit_tasks()
+    n_chats = max(base.warm_start.batch_size * 8, 64)  # as app.launch.warm_start_chats does for the demo
+    chats = format_warm_start(n_chats, seed=base.seed)
+    (workdir / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks))
+    (workdir / "test.jsonl").write_text("".join(json.dumps(t) + "\n" for t in test))
+    (workdir / "warm.jsonl").write_text("".join(json.dumps({"messages": c}) + "\n" for c in chats))
+    waits = sorted(task_latency_s(t) for t in tasks)
+    print(
+        f"latency agent: {len(tasks)} tasks, wait median {statistics.median(waits):.2f} s, "
+        f"mean {statistics.fmean(waits):.2f} s, p90 {waits[int(0.9 * len(waits))]:.2f} s, max {waits[-1]:.2f} s; "
+        f"mean of the slowest of 8: {_mean_max_of(waits, base.batch_size):.2f} s",
+        flush=True,
+    )
+    return [
+        "agent=bench.async_agents:latency_agent",
+        f"tasks={workdir / 'tasks.jsonl'}",
+        f"test_tasks={workdir / 'test.jsonl'}",
+        f"warm_start.file={workdir / 'warm.jsonl'}",
+    ]
+
+
+def _mean_max_of(values: list[float], k: int, draws: int = 2000) -> float:
+    import random
+
+    rng = random.Random(0)
+    return statistics.fmean(max(rng.sample(values, min(k, len(values)))) for _ in range(draws))
+
+
+def _f(value: float | None, fmt: str = "{:.2f}") -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def report(workload: str, results: list[Result]) -> None:
+    print(f"\n== {workload} ==")
+    header = (
+        f"{'mode':<14}{'steps':>6}{'train s':>9}{'start':>7}{'wall s':>8}{'s/step':>8}{'sample':>8}"
+        f"{'train':>7}{'eval':>7}{'tr.idle':>8}{'ro.idle':>8}{'stale':>11}{'test':>6}{'train r':>8}"
+    )
+    print(header)
+    for r in results:
+        n = len(r.steps)
+        stale = r.staleness()
+        print(
+            f"{r.name:<14}{n:>6}{r.train_s:>9.1f}{r.startup_s:>7.1f}{r.wall_s:>8.1f}{r.train_s / max(n, 1):>8.2f}"
+            f"{_f(r.total('time/sample') or None, '{:.1f}'):>8}{r.total('time/train'):>7.1f}"
+            f"{r.total('time/eval'):>7.1f}{_f(r.total('time/trainer_idle') if stale else None, '{:.1f}'):>8}"
+            f"{_f(r.total('time/rollouts_idle') if stale else None, '{:.1f}'):>8}"
+            f"{(f'{stale[0]:.2f}/{stale[1]:.0f}' if stale else '-'):>11}"
+            f"{_f(r.test_reward):>6}{_f(r.train_reward_tail()):>8}"
+        )
+    sync = results[0]
+    for r in results[1:]:
+        tests = " ".join(f"{s}:{v:.2f}" for s, v in r.test_rewards)
+        print(
+            f"sync/{r.name}: {sync.train_s / r.train_s:.2f}x training time, {sync.wall_s / r.wall_s:.2f}x wall; "
+            f"test reward {_f(sync.test_reward)} (sync) vs {_f(r.test_reward)} ({r.name}); {r.name} evals {tests}"
+        )
+    print(f"sync evals: {' '.join(f'{s}:{v:.2f}' for s, v in sync.test_rewards)}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=None, help="steps per run (default: latency 20, demo 30)")
+    parser.add_argument("--only", choices=("latency", "demo"), default=None)
+    parser.add_argument("--async", dest="modes", default="discard", help=f"comma-separated of {','.join(ASYNC_MODES)}")
+    parser.add_argument("--variants", type=int, default=8, help="latency workload: copies of each demo word")
+    parser.add_argument("--keep", action="store_true", help="keep the run directories (printed)")
+    parser.add_argument("overrides", nargs="*", help="config overrides for every run, e.g. concurrency=128")
+    args = parser.parse_args()
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if unknown := [m for m in modes if m not in ASYNC_MODES]:
+        parser.error(f"unknown async mode(s) {unknown}: use {list(ASYNC_MODES)}")
+    workloads = [args.only] if args.only else ["latency", "demo"]
+    workdir = Path(tempfile.mkdtemp(prefix="bench-async-"))
+    try:
+        for workload in workloads:
+            steps = args.steps or DEFAULT_STEPS[workload]
+            extra: list[str] = []
+            if workload == "latency":
+                extra = latency_files(workdir / "latency-files", args.variants, args.overrides)
+            base = [*COMMON, f"max_batches={steps}", *extra, *args.overrides]
+            print(f"{workload}: {steps} steps each, overrides {' '.join(base)}", flush=True)
+            results: list[Result] = []
+            for mode in ["sync", *modes]:
+                overrides = base if mode == "sync" else [*base, *ASYNC_MODES[mode]]
+                result = run(mode if mode == "sync" else f"async-{mode}", overrides, workdir / workload / mode)
+                print(
+                    f"  {result.name}: {len(result.steps)} steps, {result.train_s:.1f} s training, "
+                    f"{result.wall_s:.1f} s wall, test reward {_f(result.test_reward)}",
+                    flush=True,
+                )
+                results.append(result)
+            report(workload, results)
+    finally:
+        if args.keep:
+            print(f"run directories kept in {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
