@@ -7,7 +7,7 @@ the store over HTTP, the way a distributed deployment runs them, and poll it eve
 ``poll_interval`` seconds when idle (50 ms here instead of Agent-lightning's 5 s).
 
 ``RunnerProcesses.supervise()`` watches the processes from a thread: a dead one is respawned after
-1 s, 2 s, 4 s... (capped), under a new store worker id so that the loop can tell the rollouts of the
+0.5 s, 1 s, 2 s... (capped), under a new store worker id so that the loop can tell the rollouts of the
 dead process from the new one's; a slot whose process dies ``max_crashes`` times in a row, each
 within ``crash_window_s`` of its start (agent import included), is given up. It implements
 ``ports.runner_pool.RunnerPool``. Each process gets the store's token in memory (its store client
@@ -197,9 +197,9 @@ class RunnerProcesses:
         poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
         token: str | None = None,
         concurrency: int | None = DEFAULT_CONCURRENCY,
-        max_crashes: int = 5,
+        max_crashes: int = 3,
         crash_window_s: float = 60.0,
-        backoff_s: float = 1.0,
+        backoff_s: float = 0.5,
         max_backoff_s: float = 30.0,
         check_interval_s: float = 0.1,
     ) -> None:

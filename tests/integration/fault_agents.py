@@ -33,3 +33,10 @@ async def nan_reward_agent(task: dict[str, str], llm: agl.LLM) -> float:
 async def keyed_agent(task: dict[str, str], llm: agl.LLM) -> float:
     """Calls an endpoint bound beyond loopback with the master key from its environment."""
     return float((await _ask(llm, task["word"])).strip() == "7")
+
+
+@agl.rollout
+async def oom_agent(task: dict[str, str], llm: agl.LLM) -> float:
+    """Its process is killed on every rollout, the way the OOM killer ends an agent that loads too much."""
+    await _ask(llm, task["word"])
+    os._exit(137)

@@ -10,6 +10,7 @@ import json
 import math
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,8 @@ import pytest
 from adapters.run_log import CHECKPOINTS_FILE, METRICS_FILE
 from app.config import TrainConfig, load_config
 from app.launch import train
+from app.rollouts import NoRunners
+from app.training import TrainingHooks
 
 pytestmark = [pytest.mark.slow, pytest.mark.fault]
 
@@ -88,3 +91,19 @@ async def test_no_secret_reaches_any_file_the_run_writes(tmp_path: Path, monkeyp
         data = path.read_bytes()
         assert key.encode() not in data and token.encode() not in data, path
     assert os.environ["AGL_TINKER_MASTER_KEY"] == key
+
+
+async def test_a_run_whose_runners_all_keep_dying_ends_within_seconds_with_one_line(tmp_path: Path) -> None:
+    """every runner process killed on every rollout (OOM) -> the run ends within seconds of its first batch,
+    with one NoRunners line, no final checkpoint"""
+    started: list[float] = []
+    cfg = config(tmp_path, "oom_agent", "n_runners=2", "max_batches=5")
+    with pytest.raises(NoRunners) as raised:
+        await train(cfg, TrainingHooks(on_batch_start=lambda *_: started.append(time.monotonic())))
+
+    elapsed = time.monotonic() - started[0]
+    message = str(raised.value)
+    assert elapsed < 60, f"took {elapsed:.0f}s after the first batch started"
+    assert "\n" not in message and "0 of 2 runner processes alive" in message, message
+    checkpoints = Path(cfg.log_path) / CHECKPOINTS_FILE
+    assert not checkpoints.exists() or "final" not in checkpoints.read_text()
