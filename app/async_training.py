@@ -122,7 +122,15 @@ async def run_async_training(
     flow.rollouts_allowed.set()
     finished: asyncio.Queue[_Finished[TaskGroupT, GroupT] | BaseException] = asyncio.Queue()
     resources_id = await parts.store.add_resources({"main_llm": parts.server.as_resource()})
-    group_slots = asyncio.Semaphore(max(1, settings.rollouts.concurrency // max(1, _group_size(parts, start))))
+    n_slots = max(1, settings.rollouts.concurrency // max(1, _group_size(parts, start)))
+    groups_per_step = config.groups_per_batch or len(parts.dataset.get_batch(start))
+    if n_slots < groups_per_step * (1 + config.sampling_steps_ahead):
+        log(
+            f"concurrency {settings.rollouts.concurrency} lets {n_slots} groups roll out at once; sampling "
+            f"{config.sampling_steps_ahead} step(s) ahead of {groups_per_step} groups a step needs "
+            f"{groups_per_step * (1 + config.sampling_steps_ahead)}: raise concurrency to overlap more"
+        )
+    group_slots = asyncio.Semaphore(n_slots)
     tasks: set[asyncio.Task[None]] = set()
     n_dataset = len(parts.dataset)
 
@@ -176,7 +184,6 @@ async def run_async_training(
             flow.frontier = b + 1
 
     producer = asyncio.create_task(produce(), name="async-producer")
-    groups_per_step = config.groups_per_batch or len(parts.dataset.get_batch(start))
     n_empty = 0
     last_empty: tuple[int, BatchAccount] | None = None
     try:
