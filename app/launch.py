@@ -388,7 +388,8 @@ async def open_run(config: TrainConfig) -> AsyncIterator[Run]:
 
 
 def is_thread_safe(store: agl.LightningStore) -> bool:
-    """Whether the LiteLLM endpoint's thread may call ``store``; a server answers for the store it wraps."""
+    """Whether another thread (a store server's, the LiteLLM endpoint's) may call ``store``; a server answers for
+    the store it wraps."""
     inner = store.store if isinstance(store, agl.LightningStoreServer) else store
     return bool(inner.capabilities.get("thread_safe", False))
 
@@ -410,10 +411,15 @@ async def open_run_on_store(
     reads the agent's spans when ``trajectory_source`` is ``client``; ``runners``, the runner processes the
     caller supervises (``None``: runners elsewhere, watched through the worker records they keep in the store).
     """
-    if config.endpoint_server == "litellm" and not is_thread_safe(store):
+    other_thread = (
+        "its HTTP server" if isinstance(store, agl.LightningStoreServer)
+        else "the LiteLLM endpoint" if config.endpoint_server == "litellm"
+        else None
+    )  # fmt: skip
+    if other_thread is not None and not is_thread_safe(store):
         raise LaunchError(
-            f"the {type(store).__name__} is not thread-safe, and the LiteLLM endpoint calls it from its own thread: "
-            "use agl.InMemoryLightningStore(thread_safe=True) or endpoint_server=lean"
+            f"the {type(store).__name__} is not thread-safe, and {other_thread} calls it from its own thread: "
+            "use agl.InMemoryLightningStore(thread_safe=True)"
         )
     Path(config.log_path).mkdir(parents=True, exist_ok=True)
     dataset, test_dataset = task_datasets(config, train_tasks, test_tasks)

@@ -102,15 +102,17 @@ def test_trainer_dev_needs_the_dry_run_which_rolls_each_task_out_once_without_tr
     assert not (Path(cfg.log_path) / CHECKPOINTS_FILE).exists(), "a dry run trains and saves nothing"
 
 
-async def test_the_endpoint_refuses_a_store_it_cannot_call_from_its_thread(tmp_path: Path) -> None:
-    cfg = config(tmp_path)
-    for store in (
-        agl.InMemoryLightningStore(),
-        agl.LightningStoreServer(agl.InMemoryLightningStore(), host="127.0.0.1", port=free_port()),
-    ):
+async def test_a_store_that_another_thread_would_call_must_be_thread_safe(tmp_path: Path) -> None:
+    """The LiteLLM endpoint calls the store from its own thread, and so does a store server; the lean
+    endpoint calls it from the loop that owns it."""
+    litellm = config(tmp_path, "endpoint_server=litellm")
+    server = agl.LightningStoreServer(agl.InMemoryLightningStore(), host="127.0.0.1", port=free_port())
+    for cfg, store in ((litellm, agl.InMemoryLightningStore()), (config(tmp_path), server)):
         with pytest.raises(LaunchError, match=r"not thread-safe.*thread_safe=True"):
             async with open_run_on_store(cfg, store, TRAIN, []):
                 pass
+    async with open_run_on_store(config(tmp_path), agl.InMemoryLightningStore(), TRAIN, []) as run:
+        assert run.endpoint.is_running
 
 
 def test_compat_config_maps_the_original_arguments(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
