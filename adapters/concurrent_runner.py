@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import opentelemetry.trace as trace_api
-from agentlightning import AttemptedRollout, LightningStore, LitAgent, Span
+from agentlightning import AttemptedRollout, LightningStore, LightningStoreClient, LitAgent, Span
 from agentlightning.emitter.reward import emit_reward
 from agentlightning.execution import MultiprocessingEvent, ThreadingEvent
 from agentlightning.tracer import OtelTracer
@@ -42,6 +42,7 @@ from agentlightning.tracer.base import clear_active_tracer, get_active_tracer, s
 from agentlightning.types import NamedResources, SpanCoreFields
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace import TracerProvider as TracerProviderImpl
+from pydantic import ValidationError
 
 logger = logging.getLogger(__name__)
 
@@ -338,18 +339,38 @@ class ConcurrentRunner:
     async def _finish(
         self, rollout: AttemptedRollout, made: Sequence[Span | SpanCoreFields | ReadableSpan], status: str
     ) -> None:
-        """Store the rollout's spans in one call, then its attempt's status (in that order: the loop reads both)."""
+        """Store the rollout's spans, then its attempt's status (in that order: the loop reads both).
+
+        The status is written whatever happened to the spans, so the rollout never waits out its
+        deadline; a rollout whose spans could not be stored is marked failed.
+        """
         rollout_id, attempt_id = rollout.rollout_id, rollout.attempt.attempt_id
         try:
             if made:
                 sequence_ids = await self._store.get_many_span_sequence_ids([(rollout_id, attempt_id)] * len(made))
-                await self._store.add_many_spans(
+                await self._add_spans(
                     [_stored(s, rollout_id, attempt_id, seq) for s, seq in zip(made, sequence_ids, strict=True)]
                 )
+        except Exception:
+            logger.exception("rollout %s: could not store its spans; marking it failed", rollout_id)
+            status = "failed"
+        try:
             await self._store.update_attempt(rollout_id, attempt_id, status=status)
         except Exception:
-            logger.exception("rollout %s: could not store its result", rollout_id)
+            logger.exception("rollout %s: could not store its status", rollout_id)
         self.finished += 1
+
+    async def _add_spans(self, spans: Sequence[Span]) -> None:
+        if not isinstance(self._store, LightningStoreClient):
+            await self._store.add_many_spans(spans)
+            return
+        for span in spans:  # the client sends them one by one anyway
+            try:
+                await self._store.add_span(span)
+            except ValidationError:
+                # Stored; only the server's echo failed to parse: JSON turns a NaN reward into null. The
+                # NaN itself is the agent's, and reconstruction rejects and counts it.
+                continue
 
     async def _cancel_ended(self) -> None:
         """Cancel the agents of rollouts that ended in the store while running (timed out, cancelled)."""
