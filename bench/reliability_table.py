@@ -69,6 +69,8 @@ def main() -> int:
         base = name.split("[")[0]
         doc = docs.get((module, base), base)
         fault, _, required = doc.partition("->")
+        if "[" in name:  # a parametrized case: say which variant (e.g. the stock or the concurrent runner)
+            fault = f"{fault.strip()} ({name.split('[', 1)[1].rstrip(']')})"
         failed = case.find("failure") is not None or case.find("error") is not None
         skipped = case.find("skipped") is not None
         outcome = "FAILED" if failed else "skipped" if skipped else "as required"
