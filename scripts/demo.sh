@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job: set up, then train the demo agent (number word -> digit) on a tiny local model
-# through the whole pipeline: embedded store, runner processes, LLMProxy endpoint, tracer,
+# through the whole pipeline: embedded store, concurrent runner processes, policy endpoint,
 # reconstruction, cookbook datums, local PyTorch trainer. Extra arguments are config overrides.
 set -euo pipefail
 cd "$(dirname "$0")/.."
