@@ -94,8 +94,10 @@ async def test_no_secret_reaches_any_file_the_run_writes(tmp_path: Path, monkeyp
 
 
 async def test_a_run_whose_runners_all_keep_dying_ends_within_seconds_with_one_line(tmp_path: Path) -> None:
-    """every runner process killed on every rollout (OOM) -> the run ends within seconds of its first batch,
-    with one NoRunners line, no final checkpoint"""
+    """every runner killed on every rollout (OOM) -> the run ends soon after its first batch: one NoRunners line
+
+    No final checkpoint is written.
+    """
     started: list[float] = []
     cfg = config(tmp_path, "oom_agent", "n_runners=2", "max_batches=5")
     with pytest.raises(NoRunners) as raised:

@@ -196,8 +196,10 @@ async def test_a_worker_silent_in_the_store_is_taken_for_dead_until_it_speaks_ag
 async def test_a_remote_runner_killed_mid_rollout_ends_its_rollout_once_it_falls_silent(
     server: agl.LightningStoreServer, client: agl.LightningStoreClient
 ) -> None:
-    """runner on another machine SIGKILLed mid-rollout -> its rollout ends as runner_died after the silence, not at
-    its 300 s deadline (the trainer did not start it: it only sees the worker record in the store)"""
+    """runner on another machine SIGKILLed mid-rollout -> its rollout ends as runner_died once its worker is silent
+
+    Not at its 300 s deadline: the trainer did not start it and only sees its worker record in the store.
+    """
     remote = RunnerProcesses("tests.integration.agents:reward_only", server.endpoint, 1, concurrency=4)
     killed_at: list[float] = []
     ended_at: dict[int, float] = {}
