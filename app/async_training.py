@@ -33,7 +33,7 @@ from typing import Generic
 from app.group_rollouts import GroupedBatch, GroupRolloutOptions, rollout_groups
 from app.training import (
     AsyncSettings,
-    NothingToTrain,
+    EmptyStreak,
     TrainingHooks,
     TrainingParts,
     TrainingSummary,
@@ -184,8 +184,7 @@ async def run_async_training(
             flow.frontier = b + 1
 
     producer = asyncio.create_task(produce(), name="async-producer")
-    n_empty = 0
-    last_empty: tuple[int, BatchAccount] | None = None
+    empty = EmptyStreak(settings.max_empty_batches)
     try:
         for step in range(start, n_batches):
             t_start = time.perf_counter()
@@ -220,11 +219,7 @@ async def run_async_training(
             metrics.update(account.metrics())
             if groups:
                 metrics.update(parts.assembler.batch_metrics(groups, [item.task_group for item in taken]))
-            if account.has_trainable:
-                n_empty = 0
-            else:
-                n_empty, last_empty = n_empty + 1, (step, account)
-            stop = 0 < settings.max_empty_batches <= n_empty
+            stop = empty.record(step, account)
 
             t_train = time.perf_counter()
             if groups:
@@ -251,10 +246,9 @@ async def run_async_training(
             parts.metrics.log_metrics(metrics, step=step)
             if hooks.on_batch_end:
                 hooks.on_batch_end(step, metrics)
-            if stop and last_empty is not None:
-                raise NothingToTrain.after(n_empty, *last_empty)
-        if last_empty is not None and n_empty == n_batches - start:
-            raise NothingToTrain.after(n_empty, *last_empty)
+            if stop:
+                raise empty.error()
+        empty.check(n_batches - start)
     finally:
         producer.cancel()
         for task in list(tasks):

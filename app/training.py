@@ -106,6 +106,33 @@ class NothingToTrain(RuntimeError):
 
 
 @dataclass(slots=True)
+class EmptyStreak:
+    """Consecutive batches without a trainable rollout, and the last of them (what ``NothingToTrain`` names)."""
+
+    limit: int
+    """``max_empty_batches``: a streak this long ends the run; 0 never does."""
+    n: int = 0
+    last: tuple[int, BatchAccount] | None = None
+
+    def record(self, i_batch: int, account: BatchAccount) -> bool:
+        """Count the batch; whether the streak has reached the limit."""
+        if account.has_trainable:
+            self.n = 0
+        else:
+            self.n, self.last = self.n + 1, (i_batch, account)
+        return 0 < self.limit <= self.n
+
+    def check(self, n_run: int) -> None:
+        """Raise ``NothingToTrain`` when none of the ``n_run`` batches of this run could train."""
+        if self.last is not None and self.n == n_run:
+            raise self.error()
+
+    def error(self) -> NothingToTrain:
+        assert self.last is not None, "only a streak of empty batches is an error"
+        return NothingToTrain.after(self.n, *self.last)
+
+
+@dataclass(slots=True)
 class TrainingHooks:
     """Progress callbacks for a UI (all optional)."""
 
@@ -310,8 +337,7 @@ async def run_training(
     options = GroupRolloutOptions(
         rollouts=settings.rollouts, remove_constant_reward_groups=settings.remove_constant_reward_groups
     )
-    n_empty = 0  # consecutive batches, up to the current one, without a trainable rollout
-    last_empty: tuple[int, BatchAccount] | None = None
+    empty = EmptyStreak(settings.max_empty_batches)
 
     for i_batch in range(start, n_batches):
         t_start = time.perf_counter()
@@ -355,11 +381,7 @@ async def run_training(
         metrics.update(account.metrics())
         if groups_P:  # an empty batch has no reward: logging 0.0 would read as a bad policy
             metrics.update(parts.assembler.batch_metrics(groups_P, task_groups_P))
-        if account.has_trainable:
-            n_empty = 0
-        else:
-            n_empty, last_empty = n_empty + 1, (i_batch, account)
-        stop = 0 < settings.max_empty_batches <= n_empty
+        stop = empty.record(i_batch, account)
 
         t_train = time.perf_counter()
         if groups_P:
@@ -380,11 +402,10 @@ async def run_training(
         parts.metrics.log_metrics(metrics, step=i_batch)
         if hooks.on_batch_end:
             hooks.on_batch_end(i_batch, metrics)
-        if stop and last_empty is not None:
-            raise NothingToTrain.after(n_empty, *last_empty)
+        if stop:
+            raise empty.error()
 
-    if last_empty is not None and n_empty == n_batches - start:  # no batch of this run could train
-        raise NothingToTrain.after(n_empty, *last_empty)
+    empty.check(n_batches - start)
     await finish_run(parts, summary, start, n_batches, hooks)
     return summary
 
