@@ -2,8 +2,8 @@
 
 The demo's task and reward (a number word -> its digit), but before its one LLM call the agent
 waits a long-tailed random time, as an agent that calls tools, searches or waits on an API does:
-lognormal with a median of ``MEDIAN_S`` (0.3 s) and ``SIGMA`` 1.1, capped at ``CAP_S`` (5 s), so
-most rollouts wait well under a second and about one in fifty waits 3 s or more.
+lognormal with a median of ``MEDIAN_S`` (1 s) and ``SIGMA`` 1.0, capped at ``CAP_S`` (10 s), so
+half the rollouts wait under a second and about one in ten waits 3.6 s or more.
 
 The wait is drawn from an RNG seeded by the task's content alone (a SHA-256 of its canonical JSON),
 never by a counter, a clock or a rollout id: every rollout of the same task waits the same time, in
@@ -28,9 +28,9 @@ import openai
 
 from app.demo_task import digit_reward, user_message
 
-MEDIAN_S = 0.3
-SIGMA = 1.1
-CAP_S = 5.0
+MEDIAN_S = 1.0
+SIGMA = 1.0
+CAP_S = 10.0
 
 _client = openai.AsyncOpenAI(
     base_url="http://127.0.0.1/v1", api_key=os.environ.get("AGL_TINKER_MASTER_KEY", "unused"), max_retries=0

@@ -1,25 +1,30 @@
 """Synchronous vs asynchronous off-policy training, side by side, through the real pipeline.
 
-Two workloads, each trained the same number of steps in both modes with the same config, seed,
-tiny model, warm start and batches (embedded store over HTTP, runner processes, policy endpoint,
-reconstruction, cookbook datums, local trainer):
+Two workloads, each trained the same number of steps (100: the demo's length) in both modes with
+the demo's config (10 groups of 8 a step, 250 warm-start steps), the same seed, tiny model, warm
+start and batches (embedded store over HTTP, runner processes, policy endpoint, reconstruction,
+cookbook datums, local trainer), and room for three batches in flight (``concurrency=256``,
+two runner processes of 128 slots) in both:
 
 * ``latency``: ``bench.async_agents:latency_agent``, the demo's task and reward behind a long-tailed
-  wait (lognormal, median 0.3 s, capped at 5 s) seeded by the task's content, so both modes see the
+  wait (lognormal, median 1 s, capped at 10 s) seeded by the task's content, so both modes see the
   same latencies. The tasks are the demo's ten words, ``--variants`` times each with a ``variant``
   field (so there are more than ten distinct latencies), the test set the ten plain words, and
-  the warm start the demo's own format chats.
+  the warm start the demo's own format chats. Async mode: ``ahead2`` (two batches ahead, at most
+  two versions off-policy, stale groups discarded).
 * ``demo``: the demo itself (``tasks=demo``, ``app.demo_agent:digit_agent``, no added latency).
+  Async mode: ``discard`` (``async.enabled=true`` and nothing else: one batch ahead, one version).
 
 Training time (``train s``) is the sum of ``time/total`` over the step lines of metrics.jsonl minus
 step 0's ``time/eval``: every step from the first to the last, the in-loop evaluations after step 0
 included; start-up (the first evaluation waits for the runner processes to start), the warm start
 and the final evaluation after the last step excluded. ``start`` is that step-0 evaluation. ``wall`` is the whole
 ``train()`` call, start-up included. The test reward is the last ``test/`` reward (the final
-evaluation, after the last step).
+evaluation, after the last step); ``to R`` is the training time until an evaluation first reached
+test reward ``R`` (``--target``, default 0.8), the ratio "at equal reward".
 
     .venv/bin/python bench/bench_async.py [--steps N] [--only latency|demo] \
-        [--async discard,admit,ahead2] [--variants 8] [key=value ...]
+        [--async discard,admit,ahead2] [--variants 8] [--target 0.8] [key=value ...]
 """
 
 from __future__ import annotations
@@ -50,9 +55,10 @@ from app.training import REWARD_KEY
 from bench.async_agents import task_latency_s
 from domain.metric_names import TEST_REWARD
 
-COMMON = ["batch_size=8", "group_size=8", "eval_every=10", "warm_start.steps=100", "seed=0"]
+COMMON = ["eval_every=10", "seed=0", "n_runners=2", "runner_concurrency=128", "concurrency=256"]
 """Both workloads, both modes (the command line's overrides go after these)."""
-DEFAULT_STEPS = {"latency": 20, "demo": 30}
+DEFAULT_STEPS = {"latency": 100, "demo": 100}
+DEFAULT_ASYNC = {"latency": "ahead2", "demo": "discard"}
 ASYNC_MODES: dict[str, list[str]] = {
     "discard": ["async.enabled=true", "async.sampling_steps_ahead=1", "async.max_steps_off_policy=1"],
     "admit": [
@@ -87,6 +93,18 @@ class Result:
     @property
     def test_reward(self) -> float | None:
         return self.test_rewards[-1][1] if self.test_rewards else None
+
+    def time_to(self, target: float) -> float | None:
+        """Training time until an evaluation first reached ``target`` (None: none did).
+
+        The evaluation before step ``s`` is part of step ``s``'s line; the final one (after the last
+        step) has a line of its own without ``time/total``."""
+        for step, reward in self.test_rewards:
+            if reward >= target - 1e-9:
+                before = sum(float(m["time/total"]) for m in self.steps if int(m["progress/batch"]) < step)
+                own = next((m for m in self.steps if int(m["progress/batch"]) == step), {})
+                return max(0.0, before + float(own.get("time/eval", 0.0)) - self.startup_s)
+        return None
 
     def train_reward_tail(self, n: int = 5) -> float | None:
         rewards = [float(m[REWARD_KEY]) for m in self.steps if REWARD_KEY in m]
@@ -131,7 +149,7 @@ def latency_files(workdir: Path, variants: int, overrides: list[str]) -> list[st
     print(
         f"latency agent: {len(tasks)} tasks, wait median {statistics.median(waits):.2f} s, "
         f"mean {statistics.fmean(waits):.2f} s, p90 {waits[int(0.9 * len(waits))]:.2f} s, max {waits[-1]:.2f} s; "
-        f"mean of the slowest of 8: {_mean_max_of(waits, base.batch_size):.2f} s",
+        f"mean of the slowest of {base.batch_size}: {_mean_max_of(waits, base.batch_size):.2f} s",
         flush=True,
     )
     return [
@@ -149,11 +167,17 @@ def _mean_max_of(values: list[float], k: int, draws: int = 2000) -> float:
     return statistics.fmean(max(rng.sample(values, min(k, len(values)))) for _ in range(draws))
 
 
+def _ratio(sync_s: float | None, async_s: float | None) -> str:
+    if sync_s is None or async_s is None:
+        return f"not reached by {'sync' if sync_s is None else 'async'}"
+    return f"{sync_s:.1f} s vs {async_s:.1f} s, {sync_s / max(async_s, 1e-9):.2f}x"
+
+
 def _f(value: float | None, fmt: str = "{:.2f}") -> str:
     return "-" if value is None else fmt.format(value)
 
 
-def report(workload: str, results: list[Result]) -> None:
+def report(workload: str, results: list[Result], target: float) -> None:
     print(f"\n== {workload} ==")
     header = (
         f"{'mode':<14}{'steps':>6}{'train s':>9}{'start':>7}{'wall s':>8}{'s/step':>8}{'sample':>8}"
@@ -169,29 +193,37 @@ def report(workload: str, results: list[Result]) -> None:
             f"{r.total('time/eval'):>7.1f}{_f(r.total('time/trainer_idle') if stale else None, '{:.1f}'):>8}"
             f"{_f(r.total('time/rollouts_idle') if stale else None, '{:.1f}'):>8}"
             f"{(f'{stale[0]:.2f}/{stale[1]:.0f}' if stale else '-'):>11}"
-            f"{_f(r.test_reward):>6}{_f(r.train_reward_tail()):>8}"
+            f"{_f(r.test_reward):>6}{_f(r.train_reward_tail()):>8}{_f(r.time_to(target), '{:.1f}'):>8}"
         )
     sync = results[0]
     for r in results[1:]:
         tests = " ".join(f"{s}:{v:.2f}" for s, v in r.test_rewards)
         print(
             f"sync/{r.name}: {sync.train_s / r.train_s:.2f}x training time, {sync.wall_s / r.wall_s:.2f}x wall; "
-            f"test reward {_f(sync.test_reward)} (sync) vs {_f(r.test_reward)} ({r.name}); {r.name} evals {tests}"
+            f"test reward {_f(sync.test_reward)} (sync) vs {_f(r.test_reward)} ({r.name}); "
+            f"to test reward {target:g}: {_ratio(sync.time_to(target), r.time_to(target))}; {r.name} evals {tests}"
         )
     print(f"sync evals: {' '.join(f'{s}:{v:.2f}' for s, v in sync.test_rewards)}", flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=None, help="steps per run (default: latency 20, demo 30)")
+    parser.add_argument("--steps", type=int, default=None, help="steps per run (default 100 for both)")
     parser.add_argument("--only", choices=("latency", "demo"), default=None)
-    parser.add_argument("--async", dest="modes", default="discard", help=f"comma-separated of {','.join(ASYNC_MODES)}")
+    parser.add_argument(
+        "--async",
+        dest="modes",
+        default=None,
+        help=f"comma-separated of {','.join(ASYNC_MODES)} (default: latency {DEFAULT_ASYNC['latency']}, "
+        f"demo {DEFAULT_ASYNC['demo']})",
+    )
+    parser.add_argument("--target", type=float, default=0.8, help="test reward the 'to R' column times")
     parser.add_argument("--variants", type=int, default=8, help="latency workload: copies of each demo word")
     parser.add_argument("--keep", action="store_true", help="keep the run directories (printed)")
     parser.add_argument("overrides", nargs="*", help="config overrides for every run, e.g. concurrency=128")
     args = parser.parse_args()
-    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    if unknown := [m for m in modes if m not in ASYNC_MODES]:
+    chosen = [m.strip() for m in (args.modes or "").split(",") if m.strip()]
+    if unknown := [m for m in chosen if m not in ASYNC_MODES]:
         parser.error(f"unknown async mode(s) {unknown}: use {list(ASYNC_MODES)}")
     workloads = [args.only] if args.only else ["latency", "demo"]
     workdir = Path(tempfile.mkdtemp(prefix="bench-async-"))
@@ -204,6 +236,7 @@ def main() -> None:
             base = [*COMMON, f"max_batches={steps}", *extra, *args.overrides]
             print(f"{workload}: {steps} steps each, overrides {' '.join(base)}", flush=True)
             results: list[Result] = []
+            modes = chosen or [DEFAULT_ASYNC[workload]]
             for mode in ["sync", *modes]:
                 overrides = base if mode == "sync" else [*base, *ASYNC_MODES[mode]]
                 result = run(mode if mode == "sync" else f"async-{mode}", overrides, workdir / workload / mode)
@@ -213,7 +246,7 @@ def main() -> None:
                     flush=True,
                 )
                 results.append(result)
-            report(workload, results)
+            report(workload, results, args.target)
     finally:
         if args.keep:
             print(f"run directories kept in {workdir}")
