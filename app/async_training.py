@@ -9,7 +9,9 @@ between the oldest version that sampled it (the endpoint tags each completion) a
 trains it; under ``StalenessPolicy.DISCARD`` (the cookbook's) a group more than
 ``max_steps_off_policy`` behind is dropped and its task rolled out again, under ``ADMIT`` admission
 alone bounds it. Sampling logprobs are the sampling version's own, so the importance-sampling and
-PPO ratios stay right off-policy; ``optim/ratio_clip_frac`` shows how far the data drifted.
+PPO ratios stay right off-policy; ``optim/ratio_clip_frac`` shows how far the data drifted. With
+``num_minibatches`` above 1 a step streams (the cookbook's stream minibatch): each substep's groups
+are forward-backward'ed in that many equal parts as they arrive, then one optimizer step.
 
 The endpoint swaps weights between requests (a completion is sampled by one version). Evaluation
 needs the endpoint at its eval temperature, so it waits until no training rollout is running and
@@ -26,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Generic
 
@@ -47,6 +49,8 @@ from app.training import (
 )
 from domain.accounting import BatchAccount
 from domain.staleness import StalenessPolicy, staleness_metrics, steps_behind
+from domain.stats import mean_per_key
+from ports.policy import AdamParams, LogprobScorer, TrainingDatum
 from ports.rollout_store import SpanT
 from ports.trajectory_groups import GroupT, MemberT, TaskGroupT
 
@@ -184,6 +188,10 @@ async def run_async_training(
             flow.frontier = b + 1
 
     producer = asyncio.create_task(produce(), name="async-producer")
+
+    async def take(n: int) -> tuple[list[_Finished[TaskGroupT, GroupT]], int]:
+        return await _take_groups(finished, flow, config, n, producer, tasks, spawn)
+
     empty = EmptyStreak(settings.max_empty_batches)
     try:
         for step in range(start, n_batches):
@@ -204,8 +212,14 @@ async def run_async_training(
             if hooks.on_batch_start:
                 hooks.on_batch_start(step, sum(_group_sizes(parts, step)))
             t_wait = time.perf_counter()
-            taken, dropped = await _take_groups(finished, flow, config, groups_per_step, producer, tasks, spawn)
-            metrics["time/trainer_idle"] = time.perf_counter() - t_wait
+            streamed: _Streamed[TaskGroupT, GroupT] | None = None
+            if config.num_minibatches > 1:
+                streamed = await _stream_train(parts, config, groups_per_step, take, reference)
+                taken, dropped = streamed.taken, streamed.dropped
+                metrics["time/trainer_idle"] = streamed.waited_s
+            else:
+                taken, dropped = await take(groups_per_step)
+                metrics["time/trainer_idle"] = time.perf_counter() - t_wait
             metrics["async/groups_stale_dropped"] = float(dropped)
             metrics["async/groups_requeued"] = float(dropped if config.stale is StalenessPolicy.DISCARD else 0)
             groups = [g for item in taken for g in item.batch.groups]
@@ -222,13 +236,16 @@ async def run_async_training(
             stop = empty.record(step, account)
 
             t_train = time.perf_counter()
-            if groups:
+            if streamed is not None:
+                metrics.update(streamed.metrics)
+            elif groups:
                 _data, train_metrics = await train_step(parts.trainer, parts.data, settings, groups, reference)
                 metrics.update(train_metrics)
+            if groups:
                 flow.version = parts.server.set_sampler(await parts.trainer.sampler(f"batch-{step + 1:06d}"))
             else:
                 log(f"step {step}: nothing to train ({account.describe()})")
-            metrics["time/train"] = time.perf_counter() - t_train
+            metrics["time/train"] = time.perf_counter() - t_train + (streamed.trained_s if streamed else 0.0)
             flow.open_keys.difference_update(item.key for item in taken)
             async with flow.changed:
                 flow.step = step + 1
@@ -256,6 +273,83 @@ async def run_async_training(
         await asyncio.gather(producer, *tasks, return_exceptions=True)
     await finish_run(parts, summary, start, n_batches, hooks)
     return summary
+
+
+@dataclass(slots=True)
+class _Streamed(Generic[TaskGroupT, GroupT]):
+    """One step trained minibatch by minibatch as its groups came in."""
+
+    taken: list[_Finished[TaskGroupT, GroupT]]
+    dropped: int
+    metrics: dict[str, float]
+    waited_s: float
+    """Waiting for groups (the trainer's idle time)."""
+    trained_s: float
+    """Building datums, forward-backward and optimizer steps."""
+
+
+async def _stream_train(
+    parts: TrainingParts[TaskGroupT, MemberT, GroupT, SpanT],
+    config: AsyncSettings,
+    groups_per_step: int,
+    take: Callable[[int], Awaitable[tuple[list[_Finished[TaskGroupT, GroupT]], int]]],
+    reference: LogprobScorer | None,
+) -> _Streamed[TaskGroupT, GroupT]:
+    """The cookbook's stream minibatch: each substep's groups in ``num_minibatches`` equal parts, each part
+    forward-backward'ed as soon as its groups are in, then one optimizer step for the substep.
+
+    Gradients add up across a substep's forward-backward calls (the losses are sums), so a substep
+    trains on the same data as the unstreamed step; only advantages' KL shaping is per minibatch, as
+    in the cookbook. The policy version does not change within the step (the sampler is published
+    after it), so staleness is judged against one version throughout.
+    """
+    settings = parts.settings
+    per_minibatch = max(1, groups_per_step // settings.num_substeps // config.num_minibatches)
+    taken: list[_Finished[TaskGroupT, GroupT]] = []
+    dropped = 0
+    waited = trained = 0.0
+    data_D: list[TrainingDatum] = []
+    logprobs_D: list[tuple[float, ...]] = []
+    prepared: list[dict[str, float]] = []
+    substeps: list[dict[str, float]] = []
+    for _ in range(settings.num_substeps):
+        passes: list[dict[str, float]] = []
+        for _ in range(config.num_minibatches):
+            t_wait = time.perf_counter()
+            items, n_dropped = await take(per_minibatch)
+            t_train = time.perf_counter()
+            waited += t_train - t_wait
+            taken.extend(items)
+            dropped += n_dropped
+            groups = [g for item in items for g in item.batch.groups]
+            if groups:
+                minibatch_D, minibatch_metrics = await parts.data.rl_data(groups, settings.kl, reference)
+                prepared.append(minibatch_metrics)
+                if minibatch_D:
+                    output = await parts.trainer.forward_backward(minibatch_D, settings.loss)
+                    data_D.extend(minibatch_D)
+                    logprobs_D.extend(output.logprobs_D)
+                    passes.append(dict(output.metrics))
+            trained += time.perf_counter() - t_train
+        if passes:
+            t_train = time.perf_counter()
+            optim = await parts.trainer.optim_step(AdamParams(learning_rate=settings.learning_rate))
+            substeps.append({f"optim/{k}": v for k, v in {**_sum_passes(passes), **optim}.items()})
+            trained += time.perf_counter() - t_train
+    metrics = mean_per_key(prepared)
+    metrics.update(mean_per_key(substeps))
+    if data_D:
+        metrics.update(parts.data.sample_train_kl(data_D, logprobs_D))
+    metrics["optim/n_datums"] = float(len(data_D))
+    metrics["optim/n_minibatches"] = float(sum(1 for _ in prepared))
+    return _Streamed(taken, dropped, metrics, waited, trained)
+
+
+def _sum_passes(passes: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """One substep's forward-backward metrics: ``:sum`` metrics add up over its passes, others are averaged."""
+    sums = {k for p in passes for k in p if k.endswith(":sum")}
+    summed = {k: sum(p.get(k, 0.0) for p in passes) for k in sums}
+    return {**mean_per_key([{k: v for k, v in p.items() if not k.endswith(":sum")} for p in passes]), **summed}
 
 
 async def _take_groups(

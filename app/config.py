@@ -74,6 +74,9 @@ class AsyncConfig(_Frozen):
     """discard: a stale group is dropped and its task rolled out again (the cookbook's); admit: keep it."""
     groups_per_batch: int | None = Field(default=None, ge=1)
     """Finished groups each step trains on (unset: ``batch_size``)."""
+    num_minibatches: int = Field(default=1, ge=1)
+    """Stream minibatches (the cookbook's ``StreamMinibatchConfig``): above 1, each optimizer substep's groups are
+    split into this many minibatches, and each is forward-backward'ed as soon as its groups are in."""
 
 
 class TrainConfig(_Frozen):
@@ -165,6 +168,26 @@ class TrainConfig(_Frozen):
     """Consecutive batches without a trainable rollout that end the run with an error; 0 never stops."""
     wandb_project: str | None = None
     wandb_name: str | None = None
+
+    @model_validator(mode="after")
+    def _stream_minibatches(self) -> TrainConfig:
+        """Each minibatch holds whole groups, the same number in each (the cookbook asserts as much)."""
+        mode = self.asynchronous
+        if mode.num_minibatches == 1:
+            return self
+        if not mode.enabled:
+            raise ValueError(
+                "async.num_minibatches needs async.enabled=true (with async.sampling_steps_ahead=0 it is the "
+                "cookbook's synchronous stream minibatch)"
+            )
+        groups = mode.groups_per_batch or self.batch_size
+        per_substep, rest = divmod(groups, self.num_substeps)
+        if rest or per_substep % mode.num_minibatches:
+            raise ValueError(
+                f"async.num_minibatches={mode.num_minibatches} must divide the {groups} groups of a step "
+                f"into whole groups per minibatch for each of num_substeps={self.num_substeps}"
+            )
+        return self
 
 
 @dataclass(frozen=True, slots=True)

@@ -332,6 +332,7 @@ def async_settings(config: TrainConfig) -> AsyncSettings | None:
         sampling_steps_ahead=mode.sampling_steps_ahead,
         stale=StalenessPolicy(mode.stale),
         groups_per_batch=mode.groups_per_batch,
+        num_minibatches=mode.num_minibatches,
     )
 
 

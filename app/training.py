@@ -64,10 +64,14 @@ class AsyncSettings:
     """DISCARD (the cookbook's): a stale group is dropped and its task rolled out again; ADMIT: nothing is dropped."""
     groups_per_batch: int | None = None
     """Finished groups each step takes (None: the dataset's batch size)."""
+    num_minibatches: int = 1
+    """Stream minibatches: above 1, each substep's groups are forward-backward'ed in this many parts as they arrive."""
 
     def __post_init__(self) -> None:
         if self.max_steps_off_policy < 0 or self.sampling_steps_ahead < 0:
             raise ValueError("max_steps_off_policy and sampling_steps_ahead must be >= 0")
+        if self.num_minibatches < 1:
+            raise ValueError(f"num_minibatches must be at least 1, got {self.num_minibatches}")
         if self.groups_per_batch is not None and self.groups_per_batch < 1:
             raise ValueError(f"groups_per_batch must be at least 1, got {self.groups_per_batch}")
 

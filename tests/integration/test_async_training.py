@@ -70,3 +70,20 @@ async def test_an_async_run_resumes_with_its_in_flight_groups_and_no_step_twice(
     assert [m["progress/batch"] for m in batch_lines(run)] == [0, 1, 2, 3]
     final_state = json.loads((Path(record["state_path"]).parent / "final" / "state.json").read_text())
     assert final_state["steps"] == cfg.warm_start.steps + 4
+
+
+async def test_stream_minibatches_train_each_part_as_it_arrives_and_learn(tmp_path: Path) -> None:
+    """The cookbook's stream minibatch: 4 groups a step in 2 forward-backward passes, one optimizer step."""
+    cfg = config(tmp_path, max_batches=12, seed=1, kl_penalty_coef=0, **ASYNC, **{"async.num_minibatches": 2})
+    summary = await train(cfg)
+
+    lines = batch_lines(Path(cfg.log_path))
+    rewards = [m[REWARD_KEY] for m in lines]
+    assert summary.end_batch == len(rewards) == 12
+    first, last = sum(rewards[:3]) / 3, sum(rewards[-3:]) / 3
+    assert last > first + 0.3, rewards
+    assert all(m["optim/n_minibatches"] == 2 and m["rollouts/n_enqueued"] == 32 for m in lines)
+    assert all(m["async/staleness_max"] <= 1 for m in lines)
+    (final,) = [json.loads(line) for line in (Path(cfg.log_path) / CHECKPOINTS_FILE).read_text().splitlines()]
+    state = json.loads((Path(final["state_path"]) / "state.json").read_text())
+    assert state["steps"] == cfg.warm_start.steps + 12, "one optimizer step per training step, not per minibatch"

@@ -58,6 +58,9 @@ def test_a_json_file_loads_too(tmp_path: Path) -> None:
         (["loss_fn=sft"], "loss_fn: Input should be 'importance_sampling' or 'ppo'"),
         (["learning_rate"], "must look like key=value"),
         (["batch_size=4", "batch_size.inner=1"], "batch_size is not a table"),
+        (["async.num_minibatches=2"], "async.num_minibatches needs async.enabled=true"),
+        (["async.enabled=true", "async.num_minibatches=3"], "must divide the 10 groups of a step"),
+        (["async.enabled=true", "async.num_minibatches=2", "num_substeps=2"], "for each of num_substeps=2"),
     ],
 )
 def test_mistakes_come_back_as_one_line_naming_the_field(overrides: list[str], expected: str) -> None:
