@@ -260,6 +260,8 @@ async def run_async_training(
             metrics.update(parts.server.take_metrics())
             metrics["time/rollouts_idle"] = flow.take_idle()
             metrics["time/total"] = time.perf_counter() - t_start
+            # Rollouts finished per second of this step (sync mode's figure is per second of sampling).
+            metrics["rollouts/per_s"] = account.n_enqueued / max(metrics["time/total"], 1e-9)
             parts.metrics.log_metrics(metrics, step=step)
             if hooks.on_batch_end:
                 hooks.on_batch_end(step, metrics)

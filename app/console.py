@@ -69,7 +69,8 @@ def _hooks(progress: Progress) -> TrainingHooks:
         progress.console.print(
             f"batch {i_batch:>3}: train reward {metrics.get(REWARD_KEY, float('nan')):.3f}  "
             f"loss {metrics.get('optim/loss:sum', float('nan')):8.3f}  "
-            f"{metrics['time/total']:.1f}s ({metrics['rollouts/per_s']:.0f} rollouts/s)" + (f"  {odd}" if odd else ""),
+            f"{metrics.get('time/total', float('nan')):.1f}s "
+            f"({metrics.get('rollouts/per_s', float('nan')):.0f} rollouts/s)" + (f"  {odd}" if odd else ""),
             highlight=False,
         )
 

@@ -20,11 +20,12 @@ step 0's ``time/eval``: every step from the first to the last, the in-loop evalu
 included; start-up (the first evaluation waits for the runner processes to start), the warm start
 and the final evaluation after the last step excluded. ``start`` is that step-0 evaluation. ``wall`` is the whole
 ``train()`` call, start-up included. The test reward is the last ``test/`` reward (the final
-evaluation, after the last step); ``to R`` is the training time until an evaluation first reached
-test reward ``R`` (``--target``, default 0.8), the ratio "at equal reward".
+evaluation, after the last step), ``best`` the highest; ``to R`` is the training time until an
+evaluation first reached test reward ``R``, for each ``R`` of ``--targets`` (default 0.5,0.7,0.9):
+the ratio "at equal reward".
 
     .venv/bin/python bench/bench_async.py [--steps N] [--only latency|demo] \
-        [--async discard,admit,ahead2] [--variants 8] [--target 0.8] [key=value ...]
+        [--async discard,admit,ahead2] [--variants 8] [--targets 0.5,0.7,0.9] [key=value ...]
 """
 
 from __future__ import annotations
@@ -177,11 +178,12 @@ def _f(value: float | None, fmt: str = "{:.2f}") -> str:
     return "-" if value is None else fmt.format(value)
 
 
-def report(workload: str, results: list[Result], target: float) -> None:
+def report(workload: str, results: list[Result], targets: list[float]) -> None:
     print(f"\n== {workload} ==")
     header = (
         f"{'mode':<14}{'steps':>6}{'train s':>9}{'start':>7}{'wall s':>8}{'s/step':>8}{'sample':>8}"
-        f"{'train':>7}{'eval':>7}{'tr.idle':>8}{'ro.idle':>8}{'stale':>11}{'test':>6}{'train r':>8}"
+        f"{'train':>7}{'eval':>7}{'tr.idle':>8}{'ro.idle':>8}{'stale':>11}{'test':>6}{'best':>6}{'train r':>8}"
+        + "".join(f"{f'to {t:g}':>8}" for t in targets)
     )
     print(header)
     for r in results:
@@ -193,7 +195,8 @@ def report(workload: str, results: list[Result], target: float) -> None:
             f"{r.total('time/eval'):>7.1f}{_f(r.total('time/trainer_idle') if stale else None, '{:.1f}'):>8}"
             f"{_f(r.total('time/rollouts_idle') if stale else None, '{:.1f}'):>8}"
             f"{(f'{stale[0]:.2f}/{stale[1]:.0f}' if stale else '-'):>11}"
-            f"{_f(r.test_reward):>6}{_f(r.train_reward_tail()):>8}{_f(r.time_to(target), '{:.1f}'):>8}"
+            f"{_f(r.test_reward):>6}{_f(max((v for _, v in r.test_rewards), default=None)):>6}"
+            f"{_f(r.train_reward_tail()):>8}" + "".join(f"{_f(r.time_to(t), '{:.1f}'):>8}" for t in targets)
         )
     sync = results[0]
     for r in results[1:]:
@@ -201,7 +204,8 @@ def report(workload: str, results: list[Result], target: float) -> None:
         print(
             f"sync/{r.name}: {sync.train_s / r.train_s:.2f}x training time, {sync.wall_s / r.wall_s:.2f}x wall; "
             f"test reward {_f(sync.test_reward)} (sync) vs {_f(r.test_reward)} ({r.name}); "
-            f"to test reward {target:g}: {_ratio(sync.time_to(target), r.time_to(target))}; {r.name} evals {tests}"
+            + "".join(f"to test reward {t:g}: {_ratio(sync.time_to(t), r.time_to(t))}; " for t in targets)
+            + f"{r.name} evals {tests}"
         )
     print(f"sync evals: {' '.join(f'{s}:{v:.2f}' for s, v in sync.test_rewards)}", flush=True)
 
@@ -217,7 +221,7 @@ def main() -> None:
         help=f"comma-separated of {','.join(ASYNC_MODES)} (default: latency {DEFAULT_ASYNC['latency']}, "
         f"demo {DEFAULT_ASYNC['demo']})",
     )
-    parser.add_argument("--target", type=float, default=0.8, help="test reward the 'to R' column times")
+    parser.add_argument("--targets", default="0.5,0.7,0.9", help="test rewards the 'to R' columns time")
     parser.add_argument("--variants", type=int, default=8, help="latency workload: copies of each demo word")
     parser.add_argument("--keep", action="store_true", help="keep the run directories (printed)")
     parser.add_argument("overrides", nargs="*", help="config overrides for every run, e.g. concurrency=128")
@@ -246,7 +250,7 @@ def main() -> None:
                     flush=True,
                 )
                 results.append(result)
-            report(workload, results, args.target)
+            report(workload, results, [float(t) for t in args.targets.split(",") if t.strip()])
     finally:
         if args.keep:
             print(f"run directories kept in {workdir}")

@@ -14,7 +14,7 @@ import pytest
 from adapters.run_log import CHECKPOINTS_FILE
 from app.launch import train
 from app.training import REWARD_KEY, TrainingHooks
-from tests.integration.test_training import batch_lines, config
+from tests.integration.test_training import batch_lines, cli, config
 
 pytestmark = pytest.mark.slow
 
@@ -87,3 +87,18 @@ async def test_stream_minibatches_train_each_part_as_it_arrives_and_learn(tmp_pa
     (final,) = [json.loads(line) for line in (Path(cfg.log_path) / CHECKPOINTS_FILE).read_text().splitlines()]
     state = json.loads((Path(final["state_path"]) / "state.json").read_text())
     assert state["steps"] == cfg.warm_start.steps + 12, "one optimizer step per training step, not per minibatch"
+
+
+def test_the_cli_trains_in_async_mode_and_prints_each_step(tmp_path: Path) -> None:
+    """The console's per-step line reads the async loop's metrics (it once crashed on a missing one)."""
+    result = cli(
+        "train", "agent=tests.integration.training_agents:always_seven_agent", f"log_path={tmp_path / 'run'}",
+        "async.enabled=true", "max_batches=3", "n_runners=1", "warm_start.steps=5", "batch_size=2", "group_size=4",
+        "max_tokens=4", "eval_every=0", "rollout_timeout_s=60", timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    steps = [line for line in (result.stdout + result.stderr).splitlines() if line.lstrip().startswith("batch ")]
+    assert len([s for s in steps if "rollouts/s" in s and "nan rollouts/s" not in s]) == 3, steps
+    lines = batch_lines(tmp_path / "run")
+    assert [m["progress/batch"] for m in lines] == [0, 1, 2]
+    assert all(m["rollouts/per_s"] > 0 for m in lines)
