@@ -122,4 +122,3 @@ async def test_the_running_deadline_counts_from_when_the_runner_takes_the_rollou
         options=RolloutOptions(rollout_timeout_s=0.7, queue_timeout_s=30),
     )
     assert [r.status for r in results] == ["succeeded"] * 3
-

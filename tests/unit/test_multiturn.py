@@ -62,9 +62,7 @@ REPLY = NormalMessage("assistant", "r")
 
 def test_the_latest_served_turn_that_the_history_continues_is_matched() -> None:
     first = turn((1,), (2, END), (USER,))
-    second = ServedTurn(
-        messages=(USER, REPLY, USER), tools="", prompt=(1, 2, END, 3), sampled=(4, END), reply=REPLY
-    )
+    second = ServedTurn(messages=(USER, REPLY, USER), tools="", prompt=(1, 2, END, 3), sampled=(4, END), reply=REPLY)
     history = (USER, REPLY, USER, REPLY, USER)
     match match_served_turn(history, "", [first, second]):
         case Success(found) if found is not None:
