@@ -50,7 +50,7 @@ from app.training import (
 from domain.accounting import BatchAccount
 from domain.staleness import StalenessPolicy, staleness_metrics, steps_behind
 from domain.stats import mean_per_key
-from ports.policy import AdamParams, LogprobScorer, TrainingDatum
+from ports.policy import AdamParams, LogprobScorer, LossName, TrainingDatum
 from ports.rollout_store import SpanT
 from ports.trajectory_groups import GroupT, MemberT, TaskGroupT
 
@@ -133,6 +133,11 @@ async def run_async_training(
             f"concurrency {settings.rollouts.concurrency} lets {n_slots} groups roll out at once; sampling "
             f"{config.sampling_steps_ahead} step(s) ahead of {groups_per_step} groups a step needs "
             f"{groups_per_step * (1 + config.sampling_steps_ahead)}: raise concurrency to overlap more"
+        )
+    if settings.loss is LossName.IMPORTANCE_SAMPLING and config.max_steps_off_policy + config.sampling_steps_ahead > 0:
+        log(
+            "async mode with loss_fn=importance_sampling: off-policy ratios are not clipped; if "
+            "optim/ratio_clip_frac stays high and the reward does not rise, use loss_fn=ppo"
         )
     group_slots = asyncio.Semaphore(n_slots)
     tasks: set[asyncio.Task[None]] = set()
