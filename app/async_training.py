@@ -348,7 +348,7 @@ async def _stream_train(
     if data_D:
         metrics.update(parts.data.sample_train_kl(data_D, logprobs_D))
     metrics["optim/n_datums"] = float(len(data_D))
-    metrics["optim/n_minibatches"] = float(sum(1 for _ in prepared))
+    metrics["optim/n_minibatches"] = float(len(prepared))
     return _Streamed(taken, dropped, metrics, waited, trained)
 
 
