@@ -9,7 +9,9 @@ between the oldest version that sampled it (the endpoint tags each completion) a
 trains it; under ``StalenessPolicy.DISCARD`` (the cookbook's) a group more than
 ``max_steps_off_policy`` behind is dropped and its task rolled out again, under ``ADMIT`` admission
 alone bounds it. Sampling logprobs are the sampling version's own, so the importance-sampling and
-PPO ratios stay right off-policy; ``optim/ratio_clip_frac`` shows how far the data drifted. With
+PPO ratios stay right off-policy; ``optim/ratio_clip_frac`` shows how far the data drifted. Unless
+``staleness_lr`` is off, a step's learning rate is divided by 1 + its groups' mean staleness (logged as
+``optim/lr``): late gradients overshoot at a rate tuned for fresh data. With
 ``num_minibatches`` above 1 a step streams (the cookbook's stream minibatch): each substep's groups
 are forward-backward'ed in that many equal parts as they arrive, then one optimizer step.
 
@@ -48,7 +50,7 @@ from app.training import (
     train_step,
 )
 from domain.accounting import BatchAccount
-from domain.staleness import StalenessPolicy, staleness_metrics, steps_behind
+from domain.staleness import StalenessPolicy, staleness_metrics, staleness_scaled_lr, steps_behind
 from domain.stats import mean_per_key
 from ports.policy import AdamParams, LogprobScorer, LossName, TrainingDatum
 from ports.rollout_store import SpanT
@@ -219,7 +221,7 @@ async def run_async_training(
             t_wait = time.perf_counter()
             streamed: _Streamed[TaskGroupT, GroupT] | None = None
             if config.num_minibatches > 1:
-                streamed = await _stream_train(parts, config, groups_per_step, take, reference)
+                streamed = await _stream_train(parts, config, groups_per_step, take, reference, flow.version)
                 taken, dropped = streamed.taken, streamed.dropped
                 metrics["time/trainer_idle"] = streamed.waited_s
             else:
@@ -228,11 +230,7 @@ async def run_async_training(
             metrics["async/groups_stale_dropped"] = float(dropped)
             metrics["async/groups_requeued"] = float(dropped if config.stale is StalenessPolicy.DISCARD else 0)
             groups = [g for item in taken for g in item.batch.groups]
-            behind = [
-                steps_behind(flow.version, oldest if oldest is not None else item.started_version)
-                for item in taken
-                for oldest in item.batch.oldest_versions
-            ]
+            behind = _steps_behind(taken, flow.version)
             metrics.update(staleness_metrics(behind))
             account = BatchAccount.merge([item.batch.account for item in taken])
             metrics.update(account.metrics())
@@ -244,8 +242,11 @@ async def run_async_training(
             if streamed is not None:
                 metrics.update(streamed.metrics)
             elif groups:
-                _data, train_metrics = await train_step(parts.trainer, parts.data, settings, groups, reference)
+                lr = _learning_rate(settings.learning_rate, config, behind)
+                step_settings = replace(settings, learning_rate=lr)
+                _data, train_metrics = await train_step(parts.trainer, parts.data, step_settings, groups, reference)
                 metrics.update(train_metrics)
+                metrics["optim/lr"] = lr
             if groups:
                 flow.version = parts.server.set_sampler(await parts.trainer.sampler(f"batch-{step + 1:06d}"))
             else:
@@ -301,6 +302,7 @@ async def _stream_train(
     groups_per_step: int,
     take: Callable[[int], Awaitable[tuple[list[_Finished[TaskGroupT, GroupT]], int]]],
     reference: LogprobScorer | None,
+    version: int,
 ) -> _Streamed[TaskGroupT, GroupT]:
     """The cookbook's stream minibatch: each substep's groups in ``num_minibatches`` equal parts, each part
     forward-backward'ed as soon as its groups are in, then one optimizer step for the substep.
@@ -319,14 +321,17 @@ async def _stream_train(
     logprobs_D: list[tuple[float, ...]] = []
     prepared: list[dict[str, float]] = []
     substeps: list[dict[str, float]] = []
+    rates: list[float] = []
     for _ in range(settings.num_substeps):
         passes: list[dict[str, float]] = []
+        substep_items: list[_Finished[TaskGroupT, GroupT]] = []
         for _ in range(config.num_minibatches):
             t_wait = time.perf_counter()
             items, n_dropped = await take(per_minibatch)
             t_train = time.perf_counter()
             waited += t_train - t_wait
             taken.extend(items)
+            substep_items.extend(items)
             dropped += n_dropped
             groups = [g for item in items for g in item.batch.groups]
             if groups:
@@ -340,7 +345,9 @@ async def _stream_train(
             trained += time.perf_counter() - t_train
         if passes:
             t_train = time.perf_counter()
-            optim = await parts.trainer.optim_step(AdamParams(learning_rate=settings.learning_rate))
+            lr = _learning_rate(settings.learning_rate, config, _steps_behind(substep_items, version))
+            rates.append(lr)
+            optim = await parts.trainer.optim_step(AdamParams(learning_rate=lr))
             substeps.append({f"optim/{k}": v for k, v in {**_sum_passes(passes), **optim}.items()})
             trained += time.perf_counter() - t_train
     metrics = mean_per_key(prepared)
@@ -349,7 +356,23 @@ async def _stream_train(
         metrics.update(parts.data.sample_train_kl(data_D, logprobs_D))
     metrics["optim/n_datums"] = float(len(data_D))
     metrics["optim/n_minibatches"] = float(len(prepared))
+    if rates:
+        metrics["optim/lr"] = sum(rates) / len(rates)
     return _Streamed(taken, dropped, metrics, waited, trained)
+
+
+def _steps_behind(taken: Sequence[_Finished[TaskGroupT, GroupT]], version: int) -> list[int]:
+    """Versions behind ``version`` of each taken group (its oldest completion's, else when it started)."""
+    return [
+        steps_behind(version, oldest if oldest is not None else item.started_version)
+        for item in taken
+        for oldest in item.batch.oldest_versions
+    ]
+
+
+def _learning_rate(learning_rate: float, config: AsyncSettings, behind: Sequence[int]) -> float:
+    """The step's rate: scaled down by its groups' staleness unless ``config.staleness_lr`` is off."""
+    return staleness_scaled_lr(learning_rate, behind) if config.staleness_lr else learning_rate
 
 
 def _sum_passes(passes: Sequence[Mapping[str, float]]) -> dict[str, float]:

@@ -77,6 +77,10 @@ class AsyncConfig(_Frozen):
     num_minibatches: int = Field(default=1, ge=1)
     """Stream minibatches (the cookbook's ``StreamMinibatchConfig``): above 1, each optimizer substep's groups are
     split into this many minibatches, and each is forward-backward'ed as soon as its groups are in."""
+    staleness_lr: bool = True
+    """Staleness-aware learning rate (Zhang et al., 2016): a step's learning rate is divided by 1 + the mean
+    staleness of its groups, so a step on data one version old moves the policy half as far. Gradients that
+    arrive late overshoot at a rate that is stable on fresh data; false: every step uses ``learning_rate``."""
 
 
 class TrainConfig(_Frozen):

@@ -333,6 +333,7 @@ def async_settings(config: TrainConfig) -> AsyncSettings | None:
         stale=StalenessPolicy(mode.stale),
         groups_per_batch=mode.groups_per_batch,
         num_minibatches=mode.num_minibatches,
+        staleness_lr=mode.staleness_lr,
     )
 
 

@@ -66,6 +66,8 @@ class AsyncSettings:
     """Finished groups each step takes (None: the dataset's batch size)."""
     num_minibatches: int = 1
     """Stream minibatches: above 1, each substep's groups are forward-backward'ed in this many parts as they arrive."""
+    staleness_lr: bool = True
+    """Divide a step's learning rate by 1 + its groups' mean staleness (``domain.staleness.staleness_scaled_lr``)."""
 
     def __post_init__(self) -> None:
         if self.max_steps_off_policy < 0 or self.sampling_steps_ahead < 0:

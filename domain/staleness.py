@@ -5,7 +5,8 @@ version ``current``; ``current - v`` is how many optimizer steps behind the data
 tinker-cookbook drops a group more than ``max_steps_off_policy`` behind and resamples its task
 (``StalenessPolicy.DISCARD``); admission control instead keeps the sampler at most
 ``sampling_steps_ahead`` versions ahead, so nothing needs dropping (``StalenessPolicy.ADMIT``).
-``ratio_clip_fraction`` tells how much of a batch the importance ratio would clip at that distance.
+``ratio_clip_fraction`` tells how much of a batch the importance ratio would clip at that distance,
+and ``staleness_scaled_lr`` shrinks the step a stale batch takes.
 """
 
 from __future__ import annotations
@@ -52,6 +53,22 @@ def staleness_metrics(steps_behind_G: Sequence[int]) -> dict[str, float]:
         METRIC_STALENESS_MEAN: sum(steps_behind_G) / len(steps_behind_G),
         METRIC_STALENESS_MAX: float(max(steps_behind_G)),
     }
+
+
+def staleness_scaled_lr(learning_rate: float, steps_behind_G: Sequence[int]) -> float:
+    """``learning_rate / (1 + mean staleness)``: the staleness-aware rate of asynchronous SGD (Zhang et al., 2016).
+
+    A gradient computed on data ``k`` versions old lands after ``k`` other steps already moved the
+    policy the same way; at a rate tuned for fresh data the late steps overshoot and the policy
+    oscillates. Fresh data (or no groups) keeps the full rate.
+    """
+    if not learning_rate > 0:
+        raise ValueError(f"learning_rate must be > 0, got {learning_rate}")
+    if any(k < 0 for k in steps_behind_G):
+        raise ValueError(f"staleness cannot be negative: {sorted(steps_behind_G)[:3]}")
+    if not steps_behind_G:
+        return learning_rate
+    return learning_rate / (1 + sum(steps_behind_G) / len(steps_behind_G))
 
 
 def ratio_clip_fraction(

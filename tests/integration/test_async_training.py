@@ -35,6 +35,9 @@ async def test_async_mode_learns_with_bounded_staleness(tmp_path: Path) -> None:
     assert all(m["async/staleness_max"] <= 1 for m in lines)
     assert any(m["async/staleness_max"] == 1 for m in lines), "no group was ever sampled ahead of its step"
     assert all({"optim/ratio_clip_frac", "time/trainer_idle", "time/rollouts_idle"} <= m.keys() for m in lines)
+    for m in lines:  # the staleness-aware rate: full on fresh data, halved one version behind
+        assert m["optim/lr"] == pytest.approx(cfg.learning_rate / (1 + m["async/staleness_mean"]))
+        assert m["optim/learning_rate"] == pytest.approx(m["optim/lr"]), "the optimizer ran at the logged rate"
 
 
 async def test_stale_groups_are_dropped_and_rolled_out_again(tmp_path: Path) -> None:
@@ -83,6 +86,9 @@ async def test_stream_minibatches_train_each_part_as_it_arrives_and_learn(tmp_pa
     first, last = sum(rewards[:3]) / 3, sum(rewards[-3:]) / 3
     assert last > first + 0.3, rewards
     assert all(m["optim/n_minibatches"] == 2 and m["rollouts/n_enqueued"] == 32 for m in lines)
+    assert all(m["optim/lr"] == pytest.approx(m["optim/learning_rate"]) for m in lines)
+    assert all(m["optim/lr"] <= cfg.learning_rate for m in lines)
+    assert any(m["optim/lr"] < cfg.learning_rate for m in lines), "no step was scaled for stale groups"
     assert all(m["async/staleness_max"] <= 1 for m in lines)
     (final,) = [json.loads(line) for line in (Path(cfg.log_path) / CHECKPOINTS_FILE).read_text().splitlines()]
     state = json.loads((Path(final["state_path"]) / "state.json").read_text())

@@ -15,6 +15,7 @@ from domain.staleness import (
     is_stale,
     ratio_clip_fraction,
     staleness_metrics,
+    staleness_scaled_lr,
     steps_behind,
 )
 
@@ -122,3 +123,25 @@ class TestRatioClipFraction:
             ratio_clip_fraction([-1.0], [-1.0, -2.0], [1.0])
         with pytest.raises(ValueError, match="epsilon"):
             ratio_clip_fraction([-1.0], [-1.0], [1.0], epsilon=-0.1)
+
+
+@given(st.floats(min_value=1e-6, max_value=1.0), st.lists(st.integers(min_value=0, max_value=20), max_size=30))
+def test_the_staleness_scaled_rate_is_the_full_rate_on_fresh_data_and_shrinks_with_staleness(
+    learning_rate: float, behind: list[int]
+) -> None:
+    lr = staleness_scaled_lr(learning_rate, behind)
+    assert 0 < lr <= learning_rate
+    if not any(behind):
+        assert lr == learning_rate
+    else:
+        assert lr == pytest.approx(learning_rate / (1 + sum(behind) / len(behind)))
+        assert staleness_scaled_lr(learning_rate, [k + 1 for k in behind]) < lr
+
+
+def test_a_batch_one_version_behind_takes_half_a_step_and_bad_input_is_refused() -> None:
+    assert staleness_scaled_lr(1e-2, [1, 1, 1]) == pytest.approx(5e-3)
+    assert staleness_scaled_lr(1e-2, [0, 2]) == pytest.approx(5e-3)
+    with pytest.raises(ValueError, match="negative"):
+        staleness_scaled_lr(1e-2, [-1])
+    with pytest.raises(ValueError, match="learning_rate"):
+        staleness_scaled_lr(0.0, [1])
