@@ -15,6 +15,9 @@ cookbook datums, local trainer), the ``ppo`` loss, and room for three batches in
 * ``demo``: the demo itself (``tasks=demo``, ``app.demo_agent:digit_agent``, no added latency).
   Async mode: ``discard`` (``async.enabled=true`` and nothing else: one batch ahead, one version).
 
+Async modes use the default staleness-aware learning rate (a step's rate is ``learning_rate`` divided by
+1 + its groups' mean staleness); ``<mode>-fixed-lr`` runs a mode with every step at ``learning_rate``.
+
 Training time (``train s``) is the sum of ``time/total`` over the step lines of metrics.jsonl minus
 step 0's ``time/eval``: every step from the first to the last, the in-loop evaluations after step 0
 included; start-up (the first evaluation waits for the runner processes to start), the warm start
@@ -25,7 +28,7 @@ evaluation first reached test reward ``R``, for each ``R`` of ``--targets`` (def
 the ratio "at equal reward".
 
     .venv/bin/python bench/bench_async.py [--steps N] [--only latency|demo] \
-        [--async discard,admit,ahead2] [--variants 8] [--targets 0.5,0.7,0.9] [key=value ...]
+        [--async discard,admit,ahead2,discard-fixed-lr,...] [--variants 8] [--targets 0.5,0.7,0.9] [key=value ...]
 """
 
 from __future__ import annotations
@@ -73,6 +76,8 @@ ASYNC_MODES: dict[str, list[str]] = {
     ],
     "ahead2": ["async.enabled=true", "async.sampling_steps_ahead=2", "async.max_steps_off_policy=2"],
 }
+ASYNC_MODES |= {f"{name}-fixed-lr": [*mode, "async.staleness_lr=false"] for name, mode in list(ASYNC_MODES.items())}
+"""Each mode also without the staleness-aware learning rate (every step at ``learning_rate``)."""
 
 
 @dataclass
