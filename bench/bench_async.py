@@ -27,8 +27,13 @@ evaluation, after the last step), ``best`` the highest; ``to R`` is the training
 evaluation first reached test reward ``R``, for each ``R`` of ``--targets`` (default 0.5,0.7,0.9):
 the ratio "at equal reward".
 
+``--seeds 0,1,2`` runs every mode once per seed (default: seed 0 only) and ends with the medians over
+seeds: training time, test reward, and the sync/async ratios, overall and at each target reward.
+Both modes of a seed share its seed; one run is not enough to settle a ratio at equal reward, since
+the test set is ten words (0.1 each) and a run's test reward moves by 0.2 from one evaluation to the next.
+
     .venv/bin/python bench/bench_async.py [--steps N] [--only latency|demo] \
-        [--async discard,admit,ahead2,discard-fixed-lr,...] [--variants 8] [--targets 0.5,0.7,0.9] [key=value ...]
+        [--async discard,admit,ahead2,discard-fixed-lr,...] [--variants 8] [--targets 0.5,0.7,0.9] [--seeds 0,1,2] [key=value ...]
 """
 
 from __future__ import annotations
@@ -59,7 +64,7 @@ from app.training import REWARD_KEY
 from bench.async_agents import task_latency_s
 from domain.metric_names import TEST_REWARD
 
-COMMON = ["eval_every=10", "seed=0", "n_runners=2", "runner_concurrency=128", "concurrency=256", "loss_fn=ppo"]
+COMMON = ["eval_every=10", "n_runners=2", "runner_concurrency=128", "concurrency=256", "loss_fn=ppo"]
 """Both workloads, both modes (the command line's overrides go after these). ``ppo``: its clipped ratio keeps
 off-policy steps bounded; with ``importance_sampling`` the demo's policy at its learning rate did not learn one
 or two versions off-policy (test reward 0.30 and 0.10 against sync's 0.90 and 0.50). On-policy, with one substep,
@@ -218,6 +223,33 @@ def report(workload: str, results: list[Result], targets: list[float]) -> None:
     print(f"sync evals: {' '.join(f'{s}:{v:.2f}' for s, v in sync.test_rewards)}", flush=True)
 
 
+def summarize(workload: str, seeds: list[int], by_seed: list[list[Result]], targets: list[float]) -> None:
+    """Across seeds: each mode's median training time and test reward, and the median sync/async ratios.
+
+    A ratio at equal reward exists for a seed only when both modes reached that reward; the line
+    says for how many seeds it did."""
+    print(f"\n== {workload}: {len(seeds)} seeds ({','.join(map(str, seeds))}), medians ==")
+    for column in range(len(by_seed[0])):
+        runs = [results[column] for results in by_seed]
+        rewards = [r.test_reward for r in runs if r.test_reward is not None]
+        print(
+            f"{runs[0].name}: train s {statistics.median(r.train_s for r in runs):.1f} "
+            f"({' '.join(f'{r.train_s:.1f}' for r in runs)}); test reward "
+            f"{_f(statistics.median(rewards) if rewards else None)} ({' '.join(_f(r.test_reward) for r in runs)})"
+        )
+    for column in range(1, len(by_seed[0])):
+        name = by_seed[0][column].name
+        speed = [results[0].train_s / results[column].train_s for results in by_seed]
+        parts = [f"training time {statistics.median(speed):.2f}x ({' '.join(f'{x:.2f}' for x in speed)})"]
+        for target in targets:
+            pairs = [(results[0].time_to(target), results[column].time_to(target)) for results in by_seed]
+            ratios = [s / max(a, 1e-9) for s, a in pairs if s is not None and a is not None]
+            shown = " ".join("-" if s is None or a is None else f"{s / max(a, 1e-9):.2f}" for s, a in pairs)
+            median = f"{statistics.median(ratios):.2f}x" if ratios else "-"
+            parts.append(f"to {target:g}: {median} ({shown}; both reached in {len(ratios)}/{len(pairs)})")
+        print(f"sync/{name}: " + "; ".join(parts), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=None, help="steps per run (default 100 for both)")
@@ -231,6 +263,7 @@ def main() -> None:
     )
     parser.add_argument("--targets", default="0.5,0.7,0.9", help="test rewards the 'to R' columns time")
     parser.add_argument("--variants", type=int, default=8, help="latency workload: copies of each demo word")
+    parser.add_argument("--seeds", default="0", help="comma-separated seeds: every mode runs once per seed")
     parser.add_argument("--keep", action="store_true", help="keep the run directories (printed)")
     parser.add_argument("overrides", nargs="*", help="config overrides for every run, e.g. concurrency=128")
     args = parser.parse_args()
@@ -238,6 +271,8 @@ def main() -> None:
     if unknown := [m for m in chosen if m not in ASYNC_MODES]:
         parser.error(f"unknown async mode(s) {unknown}: use {list(ASYNC_MODES)}")
     workloads = [args.only] if args.only else ["latency", "demo"]
+    targets = [float(t) for t in args.targets.split(",") if t.strip()]
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     workdir = Path(tempfile.mkdtemp(prefix="bench-async-"))
     try:
         for workload in workloads:
@@ -245,20 +280,26 @@ def main() -> None:
             extra: list[str] = []
             if workload == "latency":
                 extra = latency_files(workdir / "latency-files", args.variants, args.overrides)
-            base = [*COMMON, f"max_batches={steps}", *extra, *args.overrides]
-            print(f"{workload}: {steps} steps each, overrides {' '.join(base)}", flush=True)
-            results: list[Result] = []
+            base = [*COMMON, f"max_batches={steps}", *extra]
+            print(f"{workload}: {steps} steps each, overrides {' '.join([*base, *args.overrides])}", flush=True)
             modes = chosen or [DEFAULT_ASYNC[workload]]
-            for mode in ["sync", *modes]:
-                overrides = base if mode == "sync" else [*base, *ASYNC_MODES[mode]]
-                result = run(mode if mode == "sync" else f"async-{mode}", overrides, workdir / workload / mode)
-                print(
-                    f"  {result.name}: {len(result.steps)} steps, {result.train_s:.1f} s training, "
-                    f"{result.wall_s:.1f} s wall, test reward {_f(result.test_reward)}",
-                    flush=True,
-                )
-                results.append(result)
-            report(workload, results, [float(t) for t in args.targets.split(",") if t.strip()])
+            by_seed: list[list[Result]] = []
+            for seed in seeds:
+                results: list[Result] = []
+                for mode in ["sync", *modes]:
+                    overrides = [*base, f"seed={seed}", *args.overrides, *([] if mode == "sync" else ASYNC_MODES[mode])]
+                    name = mode if mode == "sync" else f"async-{mode}"
+                    result = run(name, overrides, workdir / workload / f"seed{seed}" / mode)
+                    print(
+                        f"  seed {seed} {result.name}: {len(result.steps)} steps, {result.train_s:.1f} s training, "
+                        f"{result.wall_s:.1f} s wall, test reward {_f(result.test_reward)}",
+                        flush=True,
+                    )
+                    results.append(result)
+                report(f"{workload}, seed {seed}", results, targets)
+                by_seed.append(results)
+            if len(seeds) > 1:
+                summarize(workload, seeds, by_seed, targets)
     finally:
         if args.keep:
             print(f"run directories kept in {workdir}")
