@@ -33,7 +33,8 @@ Both modes of a seed share its seed; one run is not enough to settle a ratio at 
 the test set is ten words (0.1 each) and a run's test reward moves by 0.2 from one evaluation to the next.
 
     .venv/bin/python bench/bench_async.py [--steps N] [--only latency|demo] \
-        [--async discard,admit,ahead2,discard-fixed-lr,...] [--variants 8] [--targets 0.5,0.7,0.9] [--seeds 0,1,2] [key=value ...]
+        [--async discard,admit,ahead2,discard-fixed-lr,...] [--variants 8] [--targets 0.5,0.7,0.9] \
+        [--seeds 0,1,2] [key=value ...]
 """
 
 from __future__ import annotations
