@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from types import FrameType
 
 from returns.result import Failure, Success
 
@@ -170,10 +171,17 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM outside an event loop (start-up, ``agl-tinker runner``) stops the command as Ctrl-C does.
+
+    Inside one, ``app.console.run_until_terminated`` takes SIGTERM over and unwinds the run in order."""
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _setup_environment(args.verbose)
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         return int(args.run(args))
     except KeyboardInterrupt:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import time
 from collections import Counter
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
 
 import agentlightning as agl
 from rich.console import Console
@@ -26,7 +29,9 @@ from domain.groups import RolloutResult
 from ports.rollout_store import StoreUnavailable
 
 EXIT_RUNTIME = 1
+EXIT_TERMINATED = 128 + signal.SIGTERM
 console = Console(stderr=True)
+T = TypeVar("T")
 
 _EXPECTED = (
     LaunchError,
@@ -41,9 +46,54 @@ _EXPECTED = (
 )
 
 
-def _fail(error: BaseException) -> int:
+def _fail(error: BaseException | str, code: int = EXIT_RUNTIME) -> int:
     console.print(f"[red]error:[/red] {error}", highlight=False, soft_wrap=True)
-    return EXIT_RUNTIME
+    return code
+
+
+class Terminated(Exception):
+    """SIGTERM stopped the command; what it had started was torn down first."""
+
+    def __str__(self) -> str:
+        return "terminated (SIGTERM)"
+
+
+def run_until_terminated(main: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run(main)``, where SIGTERM cancels ``main`` and raises ``Terminated`` once it has unwound.
+
+    The cancellation reaches ``main`` at an ``await``, so its ``async with`` blocks close in order on a
+    live loop: the endpoint stops serving, runner processes stop, the store closes, and nothing is left
+    to die with a traceback when the loop closes. This holds whatever SIGINT does: a shell starts a
+    background job with SIGINT ignored, and then asyncio's own Ctrl-C handling is off. A second SIGTERM
+    during the teardown kills the process at once."""
+
+    async def guarded() -> T:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        signalled = False
+
+        def stop() -> None:
+            nonlocal signalled
+            signalled = True
+            loop.remove_signal_handler(signal.SIGTERM)
+            if task is not None:
+                task.cancel()
+
+        loop.add_signal_handler(signal.SIGTERM, stop)
+        try:
+            return await main
+        except asyncio.CancelledError:
+            if signalled:
+                raise Terminated from None
+            raise
+        finally:
+            loop.remove_signal_handler(signal.SIGTERM)
+
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        return asyncio.run(guarded())
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _hooks(progress: Progress) -> TrainingHooks:
@@ -94,7 +144,9 @@ def run_training_with_progress(config: TrainConfig, *, write_plot: bool = True) 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as progress:
         try:
-            summary = asyncio.run(train(config, _hooks(progress)))
+            summary = run_until_terminated(train(config, _hooks(progress)))
+        except Terminated as error:
+            return _fail(f"{error}; the same command resumes from the last checkpoint", EXIT_TERMINATED)
         except _EXPECTED as error:
             return _fail(error)
     elapsed = time.perf_counter() - started
@@ -126,7 +178,9 @@ def run_evaluation(config: TrainConfig, checkpoint: str | None) -> int:
             return await evaluate(parts, resources_id, 0)
 
     try:
-        metrics = asyncio.run(go())
+        metrics = run_until_terminated(go())
+    except Terminated as error:
+        return _fail(error, EXIT_TERMINATED)
     except _EXPECTED as error:
         return _fail(error)
     if not metrics:
@@ -166,8 +220,8 @@ def serve_store(host: str, port: int) -> int:
             await server.stop()
 
     try:
-        asyncio.run(go())
-    except KeyboardInterrupt:
+        run_until_terminated(go())
+    except (KeyboardInterrupt, Terminated):
         return 0
     except (OSError, RuntimeError) as error:
         return _fail(LaunchError(f"cannot serve the store on {host}:{port}: {error}"))

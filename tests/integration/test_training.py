@@ -155,6 +155,54 @@ def test_the_cli_fails_with_one_line_and_an_exit_code(tmp_path: Path, args: list
     assert "Traceback" not in result.stderr
 
 
+def test_sigterm_stops_a_background_training_run_in_order(tmp_path: Path) -> None:
+    """``agl-tinker train &`` then ``kill`` mid-run: one error line, exit 143, no traceback, checkpoints intact.
+
+    Started as a shell starts a background job, with SIGINT ignored (so asyncio's own Ctrl-C handling is
+    off). SIGTERM used to raise ``KeyboardInterrupt`` wherever the loop was: inside an endpoint request,
+    uvicorn logged it as an application error and the run went on to the end."""
+    import signal
+    import time
+
+    run = tmp_path / "run"
+    args = [
+        f"log_path={run}", "agent=tests.integration.training_agents:always_seven_agent", "n_runners=1",
+        "batch_size=4", "group_size=8", "max_tokens=4", "warm_start.steps=2", "eval_every=0", "save_every=1",
+        "max_batches=500",
+    ]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "AGL_TINKER_MASTER_KEY"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "train", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while not (run / CHECKPOINTS_FILE).exists() or len((run / CHECKPOINTS_FILE).read_text().splitlines()) < 2:
+            assert process.poll() is None, "the run ended before it was signalled"
+            assert time.monotonic() < deadline, "no second checkpoint in 240 s"
+            time.sleep(0.2)
+        process.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    print(f"exit {process.returncode} {time.monotonic() - signalled:.1f} s after SIGTERM")
+
+    assert process.returncode == 143, stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert errors == ["error: terminated (SIGTERM); the same command resumes from the last checkpoint"], stderr
+    assert "Traceback" not in stderr and "Task was destroyed" not in stderr, stderr
+    records = [json.loads(line) for line in (run / CHECKPOINTS_FILE).read_text().splitlines()]
+    assert len(records) < 500
+    assert all(Path(r["state_path"]).exists() for r in records)
+
+
 def test_show_config_prints_the_resolved_settings(tmp_path: Path) -> None:
     result = cli("train", "--show-config", "group_size=3", f"log_path={tmp_path}")
     assert result.returncode == 0, result.stderr
