@@ -27,6 +27,11 @@ evaluation, after the last step), ``best`` the highest; ``to R`` is the training
 evaluation first reached test reward ``R``, for each ``R`` of ``--targets`` (default 0.5,0.7,0.9):
 the ratio "at equal reward".
 
+``tr R`` is the training time until the mean train reward of the last 10 steps first reached ``R``
+(``--train-targets``, default 0.5,0.6,0.7): 80 rollouts a step make it a lower-noise "reward reached" than
+ten greedy test words, and a conservative one for async mode, whose rollouts sampled older weights.
+``--from DIR`` reports the runs a ``--keep`` run left in ``DIR`` without running anything.
+
 ``--seeds 0,1,2`` runs every mode once per seed (default: seed 0 only) and ends with the medians over
 seeds: training time, test reward, and the sync/async ratios, overall and at each target reward.
 Both modes of a seed share its seed; one run is not enough to settle a ratio at equal reward, since
@@ -34,7 +39,7 @@ the test set is ten words (0.1 each) and a run's test reward moves by 0.2 from o
 
     .venv/bin/python bench/bench_async.py [--steps N] [--only latency|demo] \
         [--async discard,admit,ahead2,discard-fixed-lr,...] [--variants 8] [--targets 0.5,0.7,0.9] \
-        [--seeds 0,1,2] [key=value ...]
+        [--seeds 0,1,2] [--train-targets 0.5,0.6,0.7] [--from DIR] [key=value ...]
 """
 
 from __future__ import annotations
@@ -86,6 +91,10 @@ ASYNC_MODES |= {f"{name}-fixed-lr": [*mode, "async.staleness_lr=false"] for name
 """Each mode also without the staleness-aware learning rate (every step at ``learning_rate``)."""
 
 
+TRAIN_WINDOW = 10
+"""Steps in the trailing mean of the train reward that ``tr R`` columns time."""
+
+
 @dataclass
 class Result:
     name: str
@@ -121,6 +130,21 @@ class Result:
                 return max(0.0, before + float(own.get("time/eval", 0.0)) - self.startup_s)
         return None
 
+    def time_to_train(self, target: float, window: int = TRAIN_WINDOW) -> float | None:
+        """Training time until the mean train reward of the last ``window`` steps first reached ``target``.
+
+        Eighty rollouts a step against the test set's ten words: a lower-noise "reward reached", if a
+        conservative one for async mode, whose train reward is that of samples from older weights."""
+        rewards: list[float] = []
+        elapsed = -self.startup_s
+        for m in self.steps:
+            elapsed += float(m["time/total"])
+            if REWARD_KEY in m:
+                rewards.append(float(m[REWARD_KEY]))
+            if len(rewards) >= window and statistics.fmean(rewards[-window:]) >= target - 1e-9:
+                return max(0.0, elapsed)
+        return None
+
     def train_reward_tail(self, n: int = 5) -> float | None:
         rewards = [float(m[REWARD_KEY]) for m in self.steps if REWARD_KEY in m]
         return statistics.fmean(rewards[-n:]) if rewards else None
@@ -140,11 +164,23 @@ def read_metrics(log_path: Path) -> tuple[list[dict[str, Any]], list[tuple[int, 
     return steps, tests
 
 
+WALL_FILE = "bench_wall.json"
+
+
 def run(name: str, overrides: list[str], log_path: Path) -> Result:
     config = load_config(None, [f"log_path={log_path}", *overrides]).unwrap()
     started = time.perf_counter()
     asyncio.run(train(config))
     wall = time.perf_counter() - started
+    (log_path / WALL_FILE).write_text(json.dumps({"wall_s": wall}))
+    steps, tests = read_metrics(log_path)
+    return Result(name, wall, steps, tests)
+
+
+def load(name: str, log_path: Path) -> Result:
+    """A finished run of a kept directory (wall time NaN when the run did not record it)."""
+    wall_file = log_path / WALL_FILE
+    wall = float(json.loads(wall_file.read_text())["wall_s"]) if wall_file.exists() else float("nan")
     steps, tests = read_metrics(log_path)
     return Result(name, wall, steps, tests)
 
@@ -192,12 +228,13 @@ def _f(value: float | None, fmt: str = "{:.2f}") -> str:
     return "-" if value is None else fmt.format(value)
 
 
-def report(workload: str, results: list[Result], targets: list[float]) -> None:
+def report(workload: str, results: list[Result], targets: list[float], train_targets: list[float]) -> None:
     print(f"\n== {workload} ==")
     header = (
         f"{'mode':<14}{'steps':>6}{'train s':>9}{'start':>7}{'wall s':>8}{'s/step':>8}{'sample':>8}"
         f"{'train':>7}{'eval':>7}{'tr.idle':>8}{'ro.idle':>8}{'stale':>11}{'test':>6}{'best':>6}{'train r':>8}"
         + "".join(f"{f'to {t:g}':>8}" for t in targets)
+        + "".join(f"{f'tr {t:g}':>8}" for t in train_targets)
     )
     print(header)
     for r in results:
@@ -210,7 +247,9 @@ def report(workload: str, results: list[Result], targets: list[float]) -> None:
             f"{_f(r.total('time/rollouts_idle') if stale else None, '{:.1f}'):>8}"
             f"{(f'{stale[0]:.2f}/{stale[1]:.0f}' if stale else '-'):>11}"
             f"{_f(r.test_reward):>6}{_f(max((v for _, v in r.test_rewards), default=None)):>6}"
-            f"{_f(r.train_reward_tail()):>8}" + "".join(f"{_f(r.time_to(t), '{:.1f}'):>8}" for t in targets)
+            f"{_f(r.train_reward_tail()):>8}"
+            + "".join(f"{_f(r.time_to(t), '{:.1f}'):>8}" for t in targets)
+            + "".join(f"{_f(r.time_to_train(t), '{:.1f}'):>8}" for t in train_targets)
         )
     sync = results[0]
     for r in results[1:]:
@@ -219,12 +258,17 @@ def report(workload: str, results: list[Result], targets: list[float]) -> None:
             f"sync/{r.name}: {sync.train_s / r.train_s:.2f}x training time, {sync.wall_s / r.wall_s:.2f}x wall; "
             f"test reward {_f(sync.test_reward)} (sync) vs {_f(r.test_reward)} ({r.name}); "
             + "".join(f"to test reward {t:g}: {_ratio(sync.time_to(t), r.time_to(t))}; " for t in targets)
+            + "".join(
+                f"to train reward {t:g}: {_ratio(sync.time_to_train(t), r.time_to_train(t))}; " for t in train_targets
+            )
             + f"{r.name} evals {tests}"
         )
     print(f"sync evals: {' '.join(f'{s}:{v:.2f}' for s, v in sync.test_rewards)}", flush=True)
 
 
-def summarize(workload: str, seeds: list[int], by_seed: list[list[Result]], targets: list[float]) -> None:
+def summarize(
+    workload: str, seeds: list[int], by_seed: list[list[Result]], targets: list[float], train_targets: list[float]
+) -> None:
     """Across seeds: each mode's median training time and test reward, and the median sync/async ratios.
 
     A ratio at equal reward exists for a seed only when both modes reached that reward; the line
@@ -242,13 +286,40 @@ def summarize(workload: str, seeds: list[int], by_seed: list[list[Result]], targ
         name = by_seed[0][column].name
         speed = [results[0].train_s / results[column].train_s for results in by_seed]
         parts = [f"training time {statistics.median(speed):.2f}x ({' '.join(f'{x:.2f}' for x in speed)})"]
-        for target in targets:
-            pairs = [(results[0].time_to(target), results[column].time_to(target)) for results in by_seed]
-            ratios = [s / max(a, 1e-9) for s, a in pairs if s is not None and a is not None]
-            shown = " ".join("-" if s is None or a is None else f"{s / max(a, 1e-9):.2f}" for s, a in pairs)
-            median = f"{statistics.median(ratios):.2f}x" if ratios else "-"
-            parts.append(f"to {target:g}: {median} ({shown}; both reached in {len(ratios)}/{len(pairs)})")
-        print(f"sync/{name}: " + "; ".join(parts), flush=True)
+        for label, measure, chosen in (
+            ("test reward", Result.time_to, targets),
+            ("train reward", Result.time_to_train, train_targets),
+        ):
+            for target in chosen:
+                pairs = [(measure(results[0], target), measure(results[column], target)) for results in by_seed]
+                ratios = [s / max(a, 1e-9) for s, a in pairs if s is not None and a is not None]
+                shown = " ".join("-" if s is None or a is None else f"{s / max(a, 1e-9):.2f}" for s, a in pairs)
+                median = f"{statistics.median(ratios):.2f}x" if ratios else "-"
+                parts.append(f"to {label} {target:g}: {median} ({shown}; both reached in {len(ratios)}/{len(pairs)})")
+        print(f"sync/{name}:\n  " + "\n  ".join(parts), flush=True)
+
+
+def from_directory(workdir: Path, targets: list[float], train_targets: list[float]) -> None:
+    """Report the runs a ``--keep`` run left in ``workdir`` (``<workload>/seed<N>/<mode>``), sync first."""
+    for workload_dir in sorted(p for p in workdir.iterdir() if p.name in DEFAULT_STEPS):
+        seed_dirs = sorted(workload_dir.glob("seed*"), key=lambda p: int(p.name[4:]))
+        by_seed: list[list[Result]] = []
+        for seed_dir in seed_dirs:
+            modes = sorted(
+                (p for p in seed_dir.iterdir() if (p / "metrics.jsonl").exists()), key=lambda p: p.name != "sync"
+            )
+            results = [load(m.name if m.name == "sync" else f"async-{m.name}", m) for m in modes]
+            report(f"{workload_dir.name}, {seed_dir.name}", results, targets, train_targets)
+            by_seed.append(results)
+        complete = [r for r in by_seed if len(r) == len(by_seed[0])]
+        if len(complete) > 1:
+            summarize(
+                workload_dir.name,
+                [int(d.name[4:]) for d in seed_dirs][: len(complete)],
+                complete,
+                targets,
+                train_targets,
+            )
 
 
 def main() -> None:
@@ -265,6 +336,12 @@ def main() -> None:
     parser.add_argument("--targets", default="0.5,0.7,0.9", help="test rewards the 'to R' columns time")
     parser.add_argument("--variants", type=int, default=8, help="latency workload: copies of each demo word")
     parser.add_argument("--seeds", default="0", help="comma-separated seeds: every mode runs once per seed")
+    parser.add_argument(
+        "--train-targets",
+        default="0.5,0.6,0.7",
+        help=f"train rewards (mean of the last {TRAIN_WINDOW} steps) the 'tr R' columns time",
+    )
+    parser.add_argument("--from", dest="source", type=Path, default=None, help="report a --keep directory, run nothing")
     parser.add_argument("--keep", action="store_true", help="keep the run directories (printed)")
     parser.add_argument("overrides", nargs="*", help="config overrides for every run, e.g. concurrency=128")
     args = parser.parse_args()
@@ -273,6 +350,10 @@ def main() -> None:
         parser.error(f"unknown async mode(s) {unknown}: use {list(ASYNC_MODES)}")
     workloads = [args.only] if args.only else ["latency", "demo"]
     targets = [float(t) for t in args.targets.split(",") if t.strip()]
+    train_targets = [float(t) for t in args.train_targets.split(",") if t.strip()]
+    if args.source is not None:
+        from_directory(args.source, targets, train_targets)
+        return
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     workdir = Path(tempfile.mkdtemp(prefix="bench-async-"))
     try:
@@ -297,10 +378,10 @@ def main() -> None:
                         flush=True,
                     )
                     results.append(result)
-                report(f"{workload}, seed {seed}", results, targets)
+                report(f"{workload}, seed {seed}", results, targets, train_targets)
                 by_seed.append(results)
             if len(seeds) > 1:
-                summarize(workload, seeds, by_seed, targets)
+                summarize(workload, seeds, by_seed, targets, train_targets)
     finally:
         if args.keep:
             print(f"run directories kept in {workdir}")
