@@ -171,15 +171,16 @@ def test_sigterm_stops_a_background_training_run_in_order(tmp_path: Path) -> Non
         "max_batches=500",
     ]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k != "AGL_TINKER_MASTER_KEY"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "train", *args],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
-    )
+    log = tmp_path / "stderr.txt"
+    with log.open("w") as stderr_file:  # a file, not a pipe nobody reads until the end
+        process = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "train", *args],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr_file,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        )
     try:
         deadline = time.monotonic() + 240
         while not (run / CHECKPOINTS_FILE).exists() or len((run / CHECKPOINTS_FILE).read_text().splitlines()) < 2:
@@ -188,10 +189,11 @@ def test_sigterm_stops_a_background_training_run_in_order(tmp_path: Path) -> Non
             time.sleep(0.2)
         process.send_signal(signal.SIGTERM)
         signalled = time.monotonic()
-        _, stderr = process.communicate(timeout=60)
+        process.wait(timeout=60)
     finally:
         if process.poll() is None:
             process.kill()
+    stderr = log.read_text()
     print(f"exit {process.returncode} {time.monotonic() - signalled:.1f} s after SIGTERM")
 
     assert process.returncode == 143, stderr
