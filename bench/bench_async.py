@@ -299,27 +299,24 @@ def summarize(
         print(f"sync/{name}:\n  " + "\n  ".join(parts), flush=True)
 
 
+def _run_name(mode: str) -> str:
+    return mode if mode == "sync" else f"async-{mode}"
+
+
 def from_directory(workdir: Path, targets: list[float], train_targets: list[float]) -> None:
     """Report the runs a ``--keep`` run left in ``workdir`` (``<workload>/seed<N>/<mode>``), sync first."""
     for workload_dir in sorted(p for p in workdir.iterdir() if p.name in DEFAULT_STEPS):
-        seed_dirs = sorted(workload_dir.glob("seed*"), key=lambda p: int(p.name[4:]))
-        by_seed: list[list[Result]] = []
-        for seed_dir in seed_dirs:
+        by_seed: dict[int, list[Result]] = {}
+        for seed_dir in sorted(workload_dir.glob("seed*"), key=lambda p: int(p.name[4:])):
             modes = sorted(
                 (p for p in seed_dir.iterdir() if (p / "metrics.jsonl").exists()), key=lambda p: p.name != "sync"
             )
-            results = [load(m.name if m.name == "sync" else f"async-{m.name}", m) for m in modes]
+            by_seed[int(seed_dir.name[4:])] = results = [load(_run_name(m.name), m) for m in modes]
             report(f"{workload_dir.name}, {seed_dir.name}", results, targets, train_targets)
-            by_seed.append(results)
-        complete = [r for r in by_seed if len(r) == len(by_seed[0])]
+        widest = max((len(r) for r in by_seed.values()), default=0)
+        complete = {seed: results for seed, results in by_seed.items() if len(results) == widest}
         if len(complete) > 1:
-            summarize(
-                workload_dir.name,
-                [int(d.name[4:]) for d in seed_dirs][: len(complete)],
-                complete,
-                targets,
-                train_targets,
-            )
+            summarize(workload_dir.name, list(complete), list(complete.values()), targets, train_targets)
 
 
 def main() -> None:
@@ -370,8 +367,7 @@ def main() -> None:
                 results: list[Result] = []
                 for mode in ["sync", *modes]:
                     overrides = [*base, f"seed={seed}", *args.overrides, *([] if mode == "sync" else ASYNC_MODES[mode])]
-                    name = mode if mode == "sync" else f"async-{mode}"
-                    result = run(name, overrides, workdir / workload / f"seed{seed}" / mode)
+                    result = run(_run_name(mode), overrides, workdir / workload / f"seed{seed}" / mode)
                     print(
                         f"  seed {seed} {result.name}: {len(result.steps)} steps, {result.train_s:.1f} s training, "
                         f"{result.wall_s:.1f} s wall, test reward {_f(result.test_reward)}",
