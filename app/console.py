@@ -62,7 +62,7 @@ def run_until_terminated(main: Coroutine[Any, Any, T]) -> T:
     """``asyncio.run(main)``, where SIGTERM cancels ``main`` and raises ``Terminated`` once it has unwound.
 
     The cancellation reaches ``main`` at an ``await``, so its ``async with`` blocks close in order on a
-    live loop: the endpoint stops serving, runner processes stop, the store closes, and nothing is left
+    live loop: runner processes stop, then the endpoint and the store, and nothing is left
     to die with a traceback when the loop closes. This holds whatever SIGINT does: a shell starts a
     background job with SIGINT ignored, and then asyncio's own Ctrl-C handling is off. A second SIGTERM
     during the teardown kills the process at once."""
