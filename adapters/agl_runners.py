@@ -351,13 +351,17 @@ class RunnerProcesses:
         )
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        """Ask runners to finish their current rollout and exit; kill those that do not."""
+        """Ask runners to finish their current rollouts and exit; kill those still running after ``timeout_s``.
+
+        One deadline for all: the processes finish in parallel, so n of them take ``timeout_s``, not n times it.
+        """
+        deadline = time.monotonic() + timeout_s
         self._stopping.set()
         if self._supervisor is not None:
-            self._supervisor.join(timeout_s)
+            self._supervisor.join(max(0.0, deadline - time.monotonic()))
         self._stop.set()
         for process in self._processes:
-            process.join(timeout_s)
+            process.join(max(0.0, deadline - time.monotonic()))
             if process.is_alive():
                 cast(multiprocessing.Process, process).kill()
                 process.join(1.0)

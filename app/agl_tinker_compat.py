@@ -74,7 +74,7 @@ def Config(  # the original class name, so that its scripts run unchanged
     adapter_agent_match: str | None = None,
     llm_proxy_retry_attempts: int = 0,
     concurrency: int = 16,
-    loss_fn: Literal["importance_sampling", "ppo"] = "importance_sampling",
+    loss_fn: Literal["importance_sampling", "ppo", "cispo"] = "importance_sampling",
     num_substeps: int = 1,
     wandb_project: str | None = None,
     wandb_name: str | None = None,

@@ -123,7 +123,7 @@ class TrainConfig(_Frozen):
     top_p: float = Field(default=1.0, gt=0, le=1)
     top_k: int = -1
 
-    loss_fn: Literal["importance_sampling", "ppo"] = "importance_sampling"
+    loss_fn: Literal["importance_sampling", "ppo", "cispo"] = "importance_sampling"
     num_substeps: int = Field(default=1, ge=1)
     kl_penalty_coef: float = Field(default=0.2, ge=0)
     """Cookbook KL-to-reference shaping of the advantages (reference: the policy after the warm start).

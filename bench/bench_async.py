@@ -30,7 +30,8 @@ the ratio "at equal reward".
 ``tr R`` is the training time until the mean train reward of the last 10 steps first reached ``R``
 (``--train-targets``, default 0.5,0.6,0.7): 80 rollouts a step make it a lower-noise "reward reached" than
 ten greedy test words, and a conservative one for async mode, whose rollouts sampled older weights.
-``--from DIR`` reports the runs a ``--keep`` run left in ``DIR`` without running anything.
+``--from DIR`` reports the runs a ``--keep`` run left in ``DIR`` without running anything; ``--no-sync``
+runs the async modes alone (to try one beside a sync run kept from before).
 
 ``--seeds 0,1,2`` runs every mode once per seed (default: seed 0 only) and ends with the medians over
 seeds: training time, test reward, and the sync/async ratios, overall and at each target reward.
@@ -39,7 +40,7 @@ the test set is ten words (0.1 each) and a run's test reward moves by 0.2 from o
 
     .venv/bin/python bench/bench_async.py [--steps N] [--only latency|demo] \
         [--async discard,admit,ahead2,discard-fixed-lr,...] [--variants 8] [--targets 0.5,0.7,0.9] \
-        [--seeds 0,1,2] [--train-targets 0.5,0.6,0.7] [--from DIR] [key=value ...]
+        [--seeds 0,1,2] [--train-targets 0.5,0.6,0.7] [--from DIR] [--no-sync] [key=value ...]
 """
 
 from __future__ import annotations
@@ -251,6 +252,10 @@ def report(workload: str, results: list[Result], targets: list[float], train_tar
             + "".join(f"{_f(r.time_to(t), '{:.1f}'):>8}" for t in targets)
             + "".join(f"{_f(r.time_to_train(t), '{:.1f}'):>8}" for t in train_targets)
         )
+    if results and results[0].name != "sync":  # --no-sync: nothing to compare with
+        for r in results:
+            print(f"{r.name} evals: {' '.join(f'{s}:{v:.2f}' for s, v in r.test_rewards)}", flush=True)
+        return
     sync = results[0]
     for r in results[1:]:
         tests = " ".join(f"{s}:{v:.2f}" for s, v in r.test_rewards)
@@ -282,7 +287,8 @@ def summarize(
             f"({' '.join(f'{r.train_s:.1f}' for r in runs)}); test reward "
             f"{_f(statistics.median(rewards) if rewards else None)} ({' '.join(_f(r.test_reward) for r in runs)})"
         )
-    for column in range(1, len(by_seed[0])):
+    first = 1 if by_seed[0][0].name == "sync" else len(by_seed[0])  # --no-sync: no ratios
+    for column in range(first, len(by_seed[0])):
         name = by_seed[0][column].name
         speed = [results[0].train_s / results[column].train_s for results in by_seed]
         parts = [f"training time {statistics.median(speed):.2f}x ({' '.join(f'{x:.2f}' for x in speed)})"]
@@ -340,6 +346,9 @@ def main() -> None:
     )
     parser.add_argument("--from", dest="source", type=Path, default=None, help="report a --keep directory, run nothing")
     parser.add_argument("--keep", action="store_true", help="keep the run directories (printed)")
+    parser.add_argument(
+        "--no-sync", action="store_true", help="run the async modes only (compare with a kept sync run)"
+    )
     parser.add_argument("overrides", nargs="*", help="config overrides for every run, e.g. concurrency=128")
     args = parser.parse_args()
     chosen = [m.strip() for m in (args.modes or "").split(",") if m.strip()]
@@ -365,7 +374,7 @@ def main() -> None:
             by_seed: list[list[Result]] = []
             for seed in seeds:
                 results: list[Result] = []
-                for mode in ["sync", *modes]:
+                for mode in [*([] if args.no_sync else ["sync"]), *modes]:
                     overrides = [*base, f"seed={seed}", *args.overrides, *([] if mode == "sync" else ASYNC_MODES[mode])]
                     result = run(_run_name(mode), overrides, workdir / workload / f"seed{seed}" / mode)
                     print(

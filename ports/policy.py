@@ -17,6 +17,7 @@ class LossName(StrEnum):
 
     IMPORTANCE_SAMPLING = "importance_sampling"
     PPO = "ppo"
+    CISPO = "cispo"
     CROSS_ENTROPY = "cross_entropy"
 
 

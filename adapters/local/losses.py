@@ -5,6 +5,8 @@ From the Tinker docs ("Loss Functions"), with ``ratio = exp(target_logprobs - sa
 - ``cross_entropy``: ``-(weights * target_logprobs).sum()``
 - ``importance_sampling``: ``-(ratio * advantages).sum()``
 - ``ppo``: ``-min(ratio * A, clip(ratio, 0.8, 1.2) * A).sum()`` (epsilon low = high = 0.2)
+- ``cispo``: ``-(sg(clip(ratio, 0.0, 4.0)) * target_logprobs * A).sum()`` (Tinker's default thresholds: the
+  clipped ratio only weights each token's gradient, so no token's gradient is zeroed as PPO's clip does)
 
 The sums run over every token of every datum in the ``forward_backward`` call; normalisation is
 the caller's job (the cookbook folds it into advantages and weights). Tinker's datums carry no
@@ -22,6 +24,8 @@ from ports.policy import LossName, TrainingDatum
 
 PPO_CLIP_LOW = 0.8
 PPO_CLIP_HIGH = 1.2
+CISPO_CLIP_LOW = 0.0
+CISPO_CLIP_HIGH = 4.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +90,9 @@ def token_losses(loss: LossName, target_logprobs: torch.Tensor, inputs: LossInpu
     elif loss is LossName.PPO:
         clipped = torch.clamp(ratio, PPO_CLIP_LOW, PPO_CLIP_HIGH)
         objective = torch.minimum(ratio * advantages, clipped * advantages)
+    elif loss is LossName.CISPO:
+        weight = torch.clamp(ratio, CISPO_CLIP_LOW, CISPO_CLIP_HIGH).detach()
+        objective = weight * target_logprobs * advantages
     else:
         raise ValueError(f"unsupported loss {loss!r}")
     return -objective * inputs.mask * valid

@@ -204,3 +204,24 @@ async def test_a_reward_from_a_thread_the_agent_started_goes_to_the_only_open_ro
     for rollout, expected in zip(rollouts, (4.0, 5.0), strict=True):
         spans = await store.query_spans(rollout.rollout_id, "latest")
         assert [agl.get_reward_value(s) for s in spans] == [expected]
+
+
+async def test_stopping_runner_processes_waits_one_deadline_for_all_of_them(
+    store: agl.InMemoryLightningStore,
+) -> None:
+    """Three processes, each inside a 60 s rollout: stop(2 s) kills them all after one 2 s wait, not 3 x 2 s."""
+    async with served_store(store) as server:
+        await store.add_resources({"main_llm": agl.LLM(endpoint="http://127.0.0.1:9/v1", model="none")})
+        runners = RunnerProcesses("tests.integration.concurrent_agents:sleeper", server.endpoint, 3, concurrency=1)
+        with runners:
+            for n in range(3):
+                await store.enqueue_rollout(input={"n": n, "sleep_s": 60.0}, mode="train")
+            deadline = time.monotonic() + 120
+            while len(await store.query_rollouts(status_in=["preparing", "running"])) < 3:
+                assert time.monotonic() < deadline, "the three processes did not each take a rollout"
+                await asyncio.sleep(0.05)
+            started = time.monotonic()
+            await asyncio.to_thread(runners.stop, 2.0)
+            stopped_s = time.monotonic() - started
+        assert runners.alive == 0
+        assert 2.0 <= stopped_s < 5.0, f"stop took {stopped_s:.1f} s: the processes were waited for one after another"

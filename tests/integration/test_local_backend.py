@@ -266,6 +266,34 @@ async def test_ppo_clips_the_ratio_like_tinker(trainer: LocalTrainer) -> None:
     assert unclipped.metrics["loss:sum"] == pytest.approx(-math.e * 2.0 * 6, rel=1e-4)
 
 
+async def test_cispo_weights_every_token_by_its_capped_ratio_like_tinker(trainer: LocalTrainer) -> None:
+    """CISPO keeps the gradient PPO's clip zeroes: importance sampling's, with the weight capped at 4."""
+    sampler = await trainer.sampler("s0")
+    prompt = chat_prompt(trainer, "cispo")
+    (seq,) = await sampler.sample(prompt, SamplingParams(max_tokens=6, seed=0, stop_token_ids=(-1,)))
+    n_obs = len(prompt) - 1
+    lr0 = AdamParams(learning_rate=0.0)
+
+    def sampled_lower_by(nats: float) -> TrainingDatum:
+        datum = rl_datum(prompt, seq, 2.0)
+        logprobs = datum.logprobs[:n_obs] + tuple(lp - nats for lp in seq.logprobs)
+        return TrainingDatum(datum.model_input, datum.target_tokens, logprobs=logprobs, advantages=datum.advantages)
+
+    norms: dict[tuple[LossName, float], float] = {}
+    for nats in (0.0, 1.0, 2.0):
+        for loss in (LossName.CISPO, LossName.IMPORTANCE_SAMPLING):
+            out = await trainer.forward_backward([sampled_lower_by(nats)], loss)
+            norms[loss, nats] = (await trainer.optim_step(lr0))["grad_norm"]
+            if loss is LossName.CISPO:
+                weight = min(math.exp(nats), 4.0)
+                assert out.metrics["loss:sum"] == pytest.approx(-weight * 2.0 * sum(seq.logprobs), rel=1e-4)
+    assert norms[LossName.CISPO, 1.0] > 0.0  # PPO's gradient is 0 here (test above)
+    assert norms[LossName.CISPO, 0.0] == pytest.approx(norms[LossName.IMPORTANCE_SAMPLING, 0.0], rel=1e-4)
+    assert norms[LossName.CISPO, 1.0] == pytest.approx(norms[LossName.IMPORTANCE_SAMPLING, 1.0], rel=1e-4)
+    capped = 4.0 / math.exp(2.0)
+    assert norms[LossName.CISPO, 2.0] == pytest.approx(capped * norms[LossName.IMPORTANCE_SAMPLING, 2.0], rel=1e-4)
+
+
 async def test_forward_backward_accumulates_until_optim_step(trainer: LocalTrainer) -> None:
     ids = tuple(trainer.tokenizer.encode("one two three four five", add_special_tokens=False))
     datum = TrainingDatum(model_input=ids[:-1], target_tokens=ids[1:], weights=(1.0,) * (len(ids) - 1))

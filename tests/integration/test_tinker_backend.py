@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import typing
 
 import numpy as np
 import pytest
@@ -66,6 +67,9 @@ class TestDatumConversion:
             "advantages": "float32",
             "mask": "float32",
         }
+
+    def test_every_loss_is_one_tinker_names(self) -> None:
+        assert {loss.value for loss in LossName} <= set(typing.get_args(types.LossFnType))
 
     def test_a_cross_entropy_datum_matches_the_cookbooks_supervised_datum(self) -> None:
         tokens = [5, 6, 7, 8]
