@@ -10,8 +10,9 @@ cookbook datums, local trainer), the ``ppo`` loss, and room for three batches in
   wait (lognormal, median 1 s, capped at 10 s) seeded by the task's content, so both modes see the
   same latencies. The tasks are the demo's ten words, ``--variants`` times each with a ``variant``
   field (so there are more than ten distinct latencies), the test set the ten plain words, and
-  the warm start the demo's own format chats. Async mode: ``ahead2`` (two batches ahead, at most
-  two versions off-policy, stale groups discarded).
+  the warm start the demo's own format chats. Async mode: ``discard``, the defaults (one batch ahead, at
+  most one version off-policy, staler groups discarded and rolled out again); ``--async ahead2`` goes
+  two ahead (it was the default until 2026-12-04: twice as stale, and slower here).
 * ``demo``: the demo itself (``tasks=demo``, ``app.demo_agent:digit_agent``, no added latency).
   Async mode: ``discard`` (``async.enabled=true`` and nothing else: one batch ahead, one version).
 
@@ -77,7 +78,7 @@ off-policy steps bounded; with ``importance_sampling`` the demo's policy at its 
 or two versions off-policy (test reward 0.30 and 0.10 against sync's 0.90 and 0.50). On-policy, with one substep,
 both losses have the same gradient, so the sync runs are the demo's own."""
 DEFAULT_STEPS = {"latency": 100, "demo": 100}
-DEFAULT_ASYNC = {"latency": "ahead2", "demo": "discard"}
+DEFAULT_ASYNC = {"latency": "discard", "demo": "discard"}
 ASYNC_MODES: dict[str, list[str]] = {
     "discard": ["async.enabled=true", "async.sampling_steps_ahead=1", "async.max_steps_off_policy=1"],
     "admit": [
