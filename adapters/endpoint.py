@@ -171,6 +171,10 @@ class PolicyEndpoint:
         """Counts since the last call: completions recorded per rollout, and how each turn's prompt was built."""
         return {f"endpoint/{k}": float(v) for k, v in self._provider.take_counters().items()}
 
+    def backend_failure(self) -> str | None:
+        """Why the policy backend failed the latest request that reached it, if it did."""
+        return self._provider.last_failure
+
     def set_sampling_defaults(self, defaults: SamplingDefaults) -> SamplingDefaults:
         """Replace the defaults (e.g. a greedy eval); returns the previous ones to restore later."""
         previous = self._provider.snapshot.defaults

@@ -28,7 +28,7 @@ from typing import Any, TypeVar, cast
 
 import litellm
 from agentlightning import Span
-from litellm.exceptions import BadRequestError, Timeout
+from litellm.exceptions import BadRequestError, ServiceUnavailableError, Timeout
 from litellm.llms.custom_llm import CustomLLM
 from litellm.types.llms.custom_llm import CustomLLMItem
 from litellm.types.utils import (
@@ -244,6 +244,7 @@ class CompletionError(Exception):
         CompletionError
         ├── BadCompletionRequest   the request itself is wrong (HTTP 400)
         ├── NoPolicy               no sampler is set yet (HTTP 503 on the lean server)
+        ├── PolicyFailed           the policy backend failed to sample (HTTP 502)
         └── SamplingTimeout        the sampler ran past the request timeout (HTTP 504)
     """
 
@@ -254,6 +255,10 @@ class BadCompletionRequest(CompletionError):
 
 class NoPolicy(CompletionError):
     """No policy sampler is set yet."""
+
+
+class PolicyFailed(CompletionError):
+    """The sampler raised (a remote backend's protocol error, say); the message is one line naming the cause."""
 
 
 class SamplingTimeout(CompletionError):
@@ -320,6 +325,7 @@ class PolicyProvider(CustomLLM):
         self._served = ServedTurns()
         self._end_of_turn = frozenset(s for s in self._renderer_stops if isinstance(s, int))
         self._counters: Counter[str] = Counter()
+        self._last_failure: str | None = None
         self._renders: OrderedDict[str, tuple[int, ...]] = OrderedDict()
 
     @property
@@ -363,6 +369,18 @@ class PolicyProvider(CustomLLM):
         with self._lock:
             self._counters[key] += 1
 
+    @property
+    def last_failure(self) -> str | None:
+        """The policy backend's failure on the latest request that reached it, if that request failed."""
+        return self._last_failure
+
+    def _note_failure(self, error: BaseException) -> None:
+        message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        if message != self._last_failure:
+            logger.warning("the policy backend failed: %s", message)
+        self._last_failure = message
+        self._count("sample/backend_failed")
+
     async def acompletion(self, *args: object, **kwargs: object) -> ModelResponse:
         """LiteLLM's entry point for ``/v1/chat/completions``: its kwargs parsed over ``complete``."""
         model = str(kwargs.get("model", ""))
@@ -378,6 +396,8 @@ class PolicyProvider(CustomLLM):
             raise BadRequestError(message=str(error), model=model, llm_provider="agl-tinker") from error
         except SamplingTimeout as error:
             raise Timeout(message=str(error), model=model, llm_provider="agl-tinker") from error
+        except PolicyFailed as error:
+            raise ServiceUnavailableError(message=str(error), model=model, llm_provider="agl-tinker") from error
 
     async def complete(
         self, model: str, messages: object, params: Mapping[str, object], call: RolloutCall | None
@@ -414,7 +434,14 @@ class PolicyProvider(CustomLLM):
         def call_sampler() -> Coroutine[object, object, Sequence[SampledSequence]]:
             return _sample(sampler, tokens_P, request)
 
-        sequences = await self._on_owner_loop(call_sampler)
+        try:
+            sequences = await self._on_owner_loop(call_sampler)
+        except SamplingTimeout:
+            raise
+        except Exception as error:  # the backend's own failure: one line to the agent and the run, no traceback
+            self._note_failure(error)
+            raise PolicyFailed(f"the policy backend failed: {error}") from error
+        self._last_failure = None
         response = model_response(self._renderer, model, tokens_P, sequences, f"policy-v{snapshot.version}")
         if call is None:
             self._count("capture/unattributed")

@@ -39,7 +39,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from adapters.endpoint_capture import RolloutCall
-from adapters.endpoint_provider import BadCompletionRequest, NoPolicy, PolicyProvider, SamplingTimeout
+from adapters.endpoint_provider import BadCompletionRequest, NoPolicy, PolicyFailed, PolicyProvider, SamplingTimeout
 
 logger = logging.getLogger(__name__)
 
@@ -169,6 +169,8 @@ def build_app(provider: PolicyProvider, store: LightningStore | None, model_name
             return error_response(503, str(error), "service_unavailable")
         except SamplingTimeout as error:
             return error_response(504, str(error), "timeout")
+        except PolicyFailed as error:
+            return error_response(502, str(error), "policy_backend_error")
         if params.get("stream") is True:
             options = params.get("stream_options")
             include_usage = isinstance(options, dict) and options.get("include_usage") is True

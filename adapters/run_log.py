@@ -20,7 +20,7 @@ from ports.run_log import Checkpoint
 CHECKPOINTS_FILE = "checkpoints.jsonl"
 METRICS_FILE = "metrics.jsonl"
 REFERENCE_FILE = "kl_reference.json"
-FRONTIER, PENDING = "async_frontier", "async_pending"
+FRONTIER, PENDING, PLANNED = "async_frontier", "async_pending", "planned_batches"
 """Extra keys of an asynchronous run's checkpoint records (the cookbook keeps unknown keys in ``extra``)."""
 
 
@@ -41,6 +41,7 @@ class JsonlCheckpointLog:
             batch=record.batch,
             state_path=record.state_path,
             final=bool(record.final),
+            planned=int(planned) if (planned := record.extra.get(PLANNED)) is not None else None,
             frontier=int(frontier) if frontier is not None else None,
             pending=tuple((int(b), int(i)) for b, i in pending),
         )
@@ -50,6 +51,8 @@ class JsonlCheckpointLog:
         record["state_path"] = checkpoint.state_path
         if checkpoint.final:
             record["final"] = True
+        if checkpoint.planned is not None:
+            record[PLANNED] = checkpoint.planned
         if checkpoint.frontier is not None:
             record[FRONTIER] = checkpoint.frontier
             record[PENDING] = [list(key) for key in checkpoint.pending]

@@ -17,6 +17,7 @@ import math
 import os
 import threading
 import uuid
+import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar, cast
@@ -219,13 +220,57 @@ async def in_daemon_thread(fn: Callable[[], T], timeout_s: float, what: str) -> 
         raise TinkerUnavailable(f"tinker {what} did not finish within {timeout_s:g} s") from error
 
 
-async def _bounded(awaitable: Awaitable[T], timeout_s: float, what: str) -> T:
+def server_name(base_url: str | None) -> str:
+    """How errors name the server: its URL, or the hosted service when none is configured."""
+    return base_url or os.environ.get(BASE_URL_ENV) or "the hosted Tinker service"
+
+
+def describe_failure(error: BaseException) -> str:
+    """One line for any SDK failure: its type and the first line of its message (no traceback)."""
+    lines = str(error).strip().splitlines()
+    text = lines[0] if lines else ""
+    if len(text) > 400:
+        text = text[:400] + "..."
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def tinker_failure(error: BaseException, what: str, server: str) -> TinkerError:
+    """The ``TinkerError`` for a failed call: one line naming the server and the call."""
+    if isinstance(error, TinkerError):
+        return error
+    if isinstance(error, TimeoutError):
+        return TinkerUnavailable(f"tinker {what} at {server} timed out")
+    if isinstance(error, tinker.APIConnectionError):
+        return TinkerUnavailable(f"tinker {what}: cannot reach the server at {server} ({type(error).__name__})")
+    if isinstance(error, tinker.AuthenticationError):
+        return TinkerError(f"tinker {what}: {server} rejected the credentials from {API_KEY_ENV}")
+    return TinkerError(f"tinker {what} at {server} failed: {describe_failure(error)}")
+
+
+async def _bounded(awaitable: Awaitable[T], timeout_s: float, what: str, server: str) -> T:
     try:
         return await asyncio.wait_for(awaitable, timeout_s)
     except TimeoutError as error:
-        raise TinkerUnavailable(f"tinker {what} did not finish within {timeout_s:g} s") from error
-    except tinker.APIConnectionError as error:
-        raise TinkerUnavailable(f"tinker {what}: cannot reach the server ({type(error).__name__})") from error
+        raise TinkerUnavailable(f"tinker {what} at {server} did not finish within {timeout_s:g} s") from error
+    except Exception as error:  # AssertionErrors and protocol errors of the SDK included: one line each
+        raise tinker_failure(error, what, server) from error
+
+
+def loss_from_outputs(
+    data_D: Sequence[TrainingDatum], logprobs_D: Sequence[Sequence[float]], loss: LossName
+) -> float:
+    """Tinker's summed loss, from the per-token logprobs a server returned (for servers that send no ``loss:sum``)."""
+    import torch
+
+    from adapters.local.losses import build_inputs, token_losses
+
+    if not data_D:
+        return 0.0
+    inputs = build_inputs(list(data_D), loss, torch.float64)
+    width = inputs.targets.shape[1]
+    rows = [list(row) + [0.0] * (width - len(row)) for row in logprobs_D]
+    target_logprobs = torch.tensor(rows, dtype=torch.float64) * inputs.valid
+    return float(token_losses(loss, target_logprobs, inputs).sum())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -234,11 +279,14 @@ async def _bounded(awaitable: Awaitable[T], timeout_s: float, what: str) -> T:
 
 
 class TinkerSampler:
-    """``Sampler`` over one ``tinker.SamplingClient`` (one published set of weights)."""
+    """``Sampler`` and ``LogprobScorer`` over one ``tinker.SamplingClient`` (one published set of weights)."""
 
-    def __init__(self, client: tinker.SamplingClient, *, timeout_s: float = 300.0, name: str = "") -> None:
+    def __init__(
+        self, client: tinker.SamplingClient, *, timeout_s: float = 300.0, name: str = "", server: str = ""
+    ) -> None:
         self._client = client
         self._timeout_s = timeout_s
+        self._server = server or server_name(None)
         self.name = name
 
     @property
@@ -248,55 +296,79 @@ class TinkerSampler:
     async def sample(
         self, prompt_tokens: Sequence[int], params: SamplingParams, num_samples: int = 1
     ) -> Sequence[SampledSequence]:
-        future = self._client.sample(
-            prompt=types.ModelInput.from_ints(list(prompt_tokens)),
-            num_samples=num_samples,
-            sampling_params=sampling_params_to_tinker(params),
-        )
-        response = await _bounded(future.result_async(), self._timeout_s, "sample")
+        async def call() -> types.SampleResponse:
+            future = self._client.sample(
+                prompt=types.ModelInput.from_ints(list(prompt_tokens)),
+                num_samples=num_samples,
+                sampling_params=sampling_params_to_tinker(params),
+            )
+            return await future.result_async()
+
+        response = await _bounded(call(), self._timeout_s, "sample", self._server)
         return sequences_from_tinker(response)
 
     async def compute_logprobs(self, tokens: Sequence[int]) -> list[float | None]:
         """Logprob of each token given the ones before it (``None`` for the first), for KL penalties."""
-        prompt = types.ModelInput.from_ints(list(tokens))
-        return list(await _bounded(self._client.compute_logprobs(prompt), self._timeout_s, "compute_logprobs"))
+
+        async def call() -> Sequence[float | None]:
+            scored = await self._client.compute_logprobs(types.ModelInput.from_ints(list(tokens)))
+            return cast(Sequence[float | None], scored)
+
+        return list(await _bounded(call(), self._timeout_s, "compute_logprobs", self._server))
 
     def __repr__(self) -> str:
         return f"TinkerSampler(name={self.name!r})"
 
 
+_NOT_OFFERED = (tinker.NotFoundError, tinker.UnprocessableEntityError)
+"""What a server without ``create_training_client_from_state*`` answers it with (SkyRL 0.4.0: 422)."""
+
+
 class TinkerTrainer:
-    """``Trainer`` over a tinker LoRA ``TrainingClient``. Build it with ``await connect(config)``."""
+    """``Trainer`` over a tinker LoRA ``TrainingClient``. Build it with ``await connect(config)``.
+
+    Loading a state never goes into a client that has already trained: ``load_state`` opens a fresh
+    training client from the checkpoint (``create_training_client_from_state_with_optimizer``); on a
+    server that lacks that call it loads the state as a fresh LoRA client's first request, the one
+    place where the deprecated ``load_state_with_optimizer`` is safe. The KL reference is a sampling
+    client of its own (``scorer``), never loaded into the training client.
+    """
 
     def __init__(self, config: TinkerConfig, service: tinker.ServiceClient, client: tinker.TrainingClient) -> None:
         self._config = config
         self._service = service
         self._client = client
+        self._fresh = True
+        """No request has gone to ``_client`` yet (loading a state into it is safe)."""
+        self._server = server_name(config.base_url)
 
     @classmethod
     async def connect(cls, config: TinkerConfig) -> TinkerTrainer:
-        """Open a session and a LoRA training client; ``TinkerUnavailable`` after the timeout."""
+        """Open a session, check the server serves the model, and open a LoRA training client.
+
+        Raises ``TinkerUnavailable`` after ``connect_timeout_s``, ``TinkerError`` (one line naming the server)
+        when the server refuses the model or the rank.
+        """
         if not math.isfinite(config.connect_timeout_s) or config.connect_timeout_s <= 0:
             raise ValueError("connect_timeout_s must be a positive number of seconds")
         base_url = config.base_url or os.environ.get(BASE_URL_ENV) or None
         api_key = os.environ.get(API_KEY_ENV) or None
+        server = server_name(config.base_url)
 
-        def create() -> tuple[tinker.ServiceClient, tinker.TrainingClient]:
+        def open_service() -> tinker.ServiceClient:
             service = tinker.ServiceClient(base_url=base_url, api_key=api_key)
-            client = service.create_lora_training_client(
+            check_capabilities(service.get_server_capabilities(), config, server)
+            return service
+
+        service = await _connect_call(open_service, config.connect_timeout_s, "get_server_capabilities", server)
+
+        def create() -> tinker.TrainingClient:
+            return service.create_lora_training_client(
                 base_model=config.base_model, rank=config.lora_rank, seed=config.seed
             ).result()
-            return service, client
 
-        try:
-            service, client = await in_daemon_thread(create, config.connect_timeout_s, "connect")
-        except TinkerUnavailable:
-            raise
-        except tinker.APIConnectionError as error:
-            raise TinkerUnavailable(f"cannot reach the tinker server at {base_url or 'the default URL'}") from error
-        except tinker.AuthenticationError as error:
-            raise TinkerError(f"tinker rejected the credentials from {API_KEY_ENV}") from error
-        logger.info("tinker training client ready for %s (rank %d)", config.base_model, config.lora_rank)
+        client = await _connect_call(create, config.connect_timeout_s, "create_lora_training_client", server)
+        logger.info("tinker training client ready for %s (rank %d) at %s", config.base_model, config.lora_rank, server)
         return cls(config, service, client)
 
     @property
@@ -304,10 +376,13 @@ class TinkerTrainer:
         return self._config
 
     async def _train_call(self, fn: Callable[[], T], what: str) -> T:
+        self._fresh = False
         try:
             return await in_daemon_thread(fn, self._config.request_timeout_s, what)
-        except tinker.APIConnectionError as error:
-            raise TinkerUnavailable(f"tinker {what}: cannot reach the server") from error
+        except TinkerUnavailable as error:
+            raise TinkerUnavailable(f"{error} (server {self._server})") from error
+        except Exception as error:
+            raise tinker_failure(error, what, self._server) from error
 
     async def forward_backward(self, data_D: Sequence[TrainingDatum], loss: LossName) -> ForwardBackwardOutput:
         datums = [_without_mask(datum_to_tinker(d, loss)) for d in data_D]
@@ -315,7 +390,11 @@ class TinkerTrainer:
             lambda: self._client.forward_backward(datums, loss_fn=loss.value).result(),
             "forward_backward",
         )
-        return forward_backward_from_tinker(output)
+        result = forward_backward_from_tinker(output)
+        if "loss:sum" in result.metrics:
+            return result
+        loss_sum = loss_from_outputs(data_D, result.logprobs_D, loss)
+        return ForwardBackwardOutput(logprobs_D=result.logprobs_D, metrics={**result.metrics, "loss:sum": loss_sum})
 
     async def optim_step(self, params: AdamParams) -> Mapping[str, float]:
         response = await self._train_call(
@@ -329,7 +408,7 @@ class TinkerTrainer:
             lambda: self._client.save_weights_and_get_sampling_client(name=name or uuid.uuid4().hex).result(),
             "save_weights_and_get_sampling_client",
         )
-        return TinkerSampler(client, timeout_s=self._config.sample_timeout_s, name=name)
+        return self._sampler(client, name)
 
     async def save_state(self, name: str) -> str:
         response = await self._train_call(
@@ -338,8 +417,75 @@ class TinkerTrainer:
         return response.path
 
     async def load_state(self, path: str) -> None:
-        """Load weights and optimizer state, as saved by ``save_state``."""
-        await self._train_call(lambda: self._client.load_state_with_optimizer(path).result(), "load_state")
+        """Continue from ``path`` (weights and optimizer state) on a fresh training client."""
+        fresh = self._fresh
+
+        def from_state() -> tinker.TrainingClient:
+            return self._service.create_training_client_from_state_with_optimizer(path).result()
+
+        try:
+            client = await self._train_call(from_state, "create_training_client_from_state_with_optimizer")
+        except TinkerError as error:
+            if not isinstance(error.__cause__, _NOT_OFFERED):
+                raise
+            logger.info("%s cannot create a training client from a state; loading it as a fresh client's first call",
+                        self._server)
+            client = await self._load_into_fresh_client(path, reuse=fresh)
+        self._client, self._fresh = client, False
+
+    async def _load_into_fresh_client(self, path: str, *, reuse: bool) -> tinker.TrainingClient:
+        def load() -> tinker.TrainingClient:
+            client = self._client if reuse else self._service.create_lora_training_client(
+                base_model=self._config.base_model, rank=self._config.lora_rank, seed=self._config.seed
+            ).result()
+            with warnings.catch_warnings():  # deprecated in tinker 0.38, and safe only here: no request came before
+                warnings.simplefilter("ignore", FutureWarning)
+                warnings.simplefilter("ignore", DeprecationWarning)
+                client.load_state_with_optimizer(path).result()
+            return client
+
+        return await self._train_call(load, "load_state_with_optimizer")
+
+    async def save_weights_for_sampler(self, name: str) -> str:
+        response = await self._train_call(
+            lambda: self._client.save_weights_for_sampler(name, ttl_seconds=self._config.ttl_seconds).result(),
+            "save_weights_for_sampler",
+        )
+        if not response.path:
+            raise TinkerError(f"tinker save_weights_for_sampler at {self._server} returned no path")
+        return response.path
+
+    async def scorer(self, path: str) -> TinkerSampler:
+        """A sampling client of its own on the weights at ``path``; the training client is not touched."""
+        client = await _connect_call(
+            lambda: self._service.create_sampling_client(model_path=path),
+            self._config.connect_timeout_s,
+            "create_sampling_client",
+            self._server,
+        )
+        return self._sampler(client, path)
+
+    def _sampler(self, client: tinker.SamplingClient, name: str) -> TinkerSampler:
+        return TinkerSampler(client, timeout_s=self._config.sample_timeout_s, name=name, server=self._server)
 
     def __repr__(self) -> str:
         return f"TinkerTrainer(base_model={self._config.base_model!r}, rank={self._config.lora_rank})"
+
+
+def check_capabilities(
+    capabilities: types.GetServerCapabilitiesResponse, config: TinkerConfig, server: str
+) -> None:
+    """The server must list the base model (when it lists any); ``TinkerError`` names what it serves."""
+    names = [m.model_name for m in capabilities.supported_models if m.model_name]
+    if names and config.base_model not in names:
+        shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
+        raise TinkerError(f"{server} does not serve base model {config.base_model!r} (it serves: {shown})")
+
+
+async def _connect_call(fn: Callable[[], T], timeout_s: float, what: str, server: str) -> T:
+    try:
+        return await in_daemon_thread(fn, timeout_s, what)
+    except TinkerUnavailable as error:
+        raise TinkerUnavailable(f"{error}: is {server} up?") from error
+    except Exception as error:
+        raise tinker_failure(error, what, server) from error

@@ -272,8 +272,8 @@ async def run_async_training(
             if hooks.on_batch_end:
                 hooks.on_batch_end(step, metrics)
             if stop:
-                raise empty.error()
-        empty.check(n_batches - start)
+                raise empty.error(parts.server.backend_failure())
+        empty.check(n_batches - start, parts.server.backend_failure())
     finally:
         producer.cancel()
         for task in list(tasks):

@@ -142,13 +142,13 @@ def run_training_with_progress(config: TrainConfig, *, write_plot: bool = True) 
     """``agl-tinker train``: the run with progress bars; prints reward before/after and writes the plot."""
     started = time.perf_counter()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=False) as progress:
-        try:
+    try:  # the bars close before an error line, so that line is the run's last
+        with Progress(*columns, console=console, transient=False) as progress:
             summary = run_until_terminated(train(config, _hooks(progress)))
-        except Terminated as error:
-            return _fail(f"{error}; the same command resumes from the last checkpoint", EXIT_TERMINATED)
-        except _EXPECTED as error:
-            return _fail(error)
+    except Terminated as error:
+        return _fail(f"{error}; the same command resumes from the last checkpoint", EXIT_TERMINATED)
+    except _EXPECTED as error:
+        return _fail(error)
     elapsed = time.perf_counter() - started
     if summary.start_batch >= summary.end_batch:
         console.print(f"run in {config.log_path} is already complete ({summary.end_batch} batches)")

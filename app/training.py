@@ -106,9 +106,12 @@ class NothingToTrain(RuntimeError):
     """Batches keep coming back without a trainable rollout (the agent fails, times out, or emits nothing)."""
 
     @classmethod
-    def after(cls, n_empty: int, i_batch: int, account: BatchAccount) -> NothingToTrain:
+    def after(cls, n_empty: int, i_batch: int, account: BatchAccount, cause: str | None = None) -> NothingToTrain:
         batches = "batch" if n_empty == 1 else "batches"
-        return cls(f"{n_empty} consecutive {batches} had no trainable rollout (batch {i_batch}: {account.describe()})")
+        because = f"; {cause}" if cause else ""
+        return cls(
+            f"{n_empty} consecutive {batches} had no trainable rollout (batch {i_batch}: {account.describe()}){because}"
+        )
 
 
 @dataclass(slots=True)
@@ -128,14 +131,15 @@ class EmptyStreak:
             self.n, self.last = self.n + 1, (i_batch, account)
         return 0 < self.limit <= self.n
 
-    def check(self, n_run: int) -> None:
+    def check(self, n_run: int, cause: str | None = None) -> None:
         """Raise ``NothingToTrain`` when none of the ``n_run`` batches of this run could train."""
         if self.last is not None and self.n == n_run:
-            raise self.error()
+            raise self.error(cause)
 
-    def error(self) -> NothingToTrain:
+    def error(self, cause: str | None = None) -> NothingToTrain:
+        """The streak's error; ``cause``: what the policy backend last failed with, which outranks the count."""
         assert self.last is not None, "only a streak of empty batches is an error"
-        return NothingToTrain.after(self.n, *self.last)
+        return NothingToTrain.after(self.n, *self.last, cause=cause)
 
 
 @dataclass(slots=True)
@@ -201,12 +205,15 @@ async def save_checkpoint(
     batch: int,
     *,
     final: bool = False,
+    planned: int | None = None,
     frontier: int | None = None,
     pending: Sequence[tuple[int, int]] = (),
 ) -> Checkpoint:
     """Save the trainer's state and record it (recorded last, so a crash mid-save is ignored)."""
     state_path = await trainer.save_state(name)
-    checkpoint = Checkpoint(name, batch, state_path, final=final, frontier=frontier, pending=tuple(pending))
+    checkpoint = Checkpoint(
+        name, batch, state_path, final=final, planned=planned, frontier=frontier, pending=tuple(pending)
+    )
     checkpoints.append(checkpoint)
     return checkpoint
 
@@ -297,14 +304,14 @@ async def begin_run(
     settings = parts.settings
     n_batches = total_batches(settings, len(parts.dataset))
     resume = parts.checkpoints.last()
-    if resume is not None and resume.final:
+    if resume is not None and resume.final and resume.planned_batches >= n_batches:
         log(f"the run in {settings.log_path} is complete (final checkpoint after batch {resume.batch})")
         return TrainingSummary(start_batch=resume.batch, end_batch=resume.batch, final_checkpoint=resume)
     reference: LogprobScorer | None = None
     if resume is not None:
+        await parts.trainer.load_state(resume.state_path)
         if settings.kl.coef > 0:
             reference = await _load_reference(parts, log)
-        await parts.trainer.load_state(resume.state_path)
         start = resume.batch
         parts.metrics.truncate_from(start)  # batches after the checkpoint are redone: log them once
         log(f"resuming after batch {start} from {resume.state_path}")
@@ -409,9 +416,9 @@ async def run_training(
         if hooks.on_batch_end:
             hooks.on_batch_end(i_batch, metrics)
         if stop:
-            raise empty.error()
+            raise empty.error(parts.server.backend_failure())
 
-    empty.check(n_batches - start)
+    empty.check(n_batches - start, parts.server.backend_failure())
     await finish_run(parts, summary, start, n_batches, hooks)
     return summary
 
@@ -427,7 +434,12 @@ async def finish_run(
     settings = parts.settings
     if start < n_batches:
         summary.final_checkpoint = await save_checkpoint(
-            parts.trainer, parts.checkpoints, "final", n_batches, final=True
+            parts.trainer,
+            parts.checkpoints,
+            "final",
+            n_batches,
+            final=True,
+            planned=total_batches(settings, len(parts.dataset)),
         )
     already_evaluated = bool(summary.evals) and summary.evals[-1][0] == n_batches
     if settings.eval_every > 0 and not already_evaluated and (start < n_batches or not summary.evals):
@@ -438,28 +450,22 @@ async def finish_run(
             parts.metrics.log_metrics(final, step=n_batches)
 
 
-async def _scorer(trainer: Trainer) -> LogprobScorer:
-    sampler = await trainer.sampler("kl-reference")
-    if not isinstance(sampler, LogprobScorer):
-        raise TypeError(f"{type(sampler).__name__} cannot score sequences, so it cannot be a KL reference")
-    return sampler
-
-
 async def _save_reference(parts: TrainingParts[TaskGroupT, MemberT, GroupT, SpanT]) -> LogprobScorer:
-    """The KL reference is the policy RL starts from (after the warm start); kept for resuming."""
-    parts.checkpoints.set_reference_state(await parts.trainer.save_state("kl-reference"))
-    return await _scorer(parts.trainer)
+    """The KL reference is the policy RL starts from (after the warm start); its weights are kept for resuming."""
+    path = await parts.trainer.save_weights_for_sampler("kl-reference")
+    parts.checkpoints.set_reference_state(path)
+    return await parts.trainer.scorer(path)
 
 
 async def _load_reference(
     parts: TrainingParts[TaskGroupT, MemberT, GroupT, SpanT], log: Callable[[str], None]
 ) -> LogprobScorer:
-    state_path = parts.checkpoints.reference_state()
-    if state_path is not None:
-        await parts.trainer.load_state(state_path)
-    else:
+    """The recorded KL reference, opened beside the resumed policy (never loaded into it)."""
+    path = parts.checkpoints.reference_state()
+    if path is None:
         log(f"no KL reference recorded in {parts.settings.log_path}: the KL reference is the resumed policy")
-    return await _scorer(parts.trainer)
+        return await _save_reference(parts)
+    return await parts.trainer.scorer(path)
 
 
 def reached(settings: TrainingSettings, summary: TrainingSummary) -> bool:

@@ -121,4 +121,17 @@ class Trainer(Protocol):
         """Save weights and optimizer state; returns the path ``load_state`` accepts."""
         ...
 
-    async def load_state(self, path: str) -> None: ...
+    async def load_state(self, path: str) -> None:
+        """Continue from a state ``save_state`` wrote (weights and optimizer)."""
+        ...
+
+    async def save_weights_for_sampler(self, name: str) -> str:
+        """Save the current weights for sampling and scoring; returns the path ``scorer`` accepts."""
+        ...
+
+    async def scorer(self, path: str) -> LogprobScorer:
+        """A frozen scorer on weights ``save_weights_for_sampler`` saved (the KL reference).
+
+        Opening it leaves the weights being trained as they are, also after a resume on a fresh process.
+        """
+        ...

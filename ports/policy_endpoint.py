@@ -25,6 +25,10 @@ class PolicyServer(Protocol):
         """Change only the default temperature; returns the previous defaults."""
         ...
 
+    def backend_failure(self) -> str | None:
+        """Why the policy backend failed the latest request that reached it (one line), if it did."""
+        ...
+
     def take_metrics(self) -> dict[str, float]:
         """The endpoint's counters since the last call (e.g. how multi-turn prompts were built)."""
         ...

@@ -18,12 +18,19 @@ class Checkpoint:
     batch: int
     state_path: str
     final: bool = False
-    """Written at the end of a run (or at its early stop): resuming it trains nothing."""
+    """Written at the end of a run (or at its early stop): resuming it trains nothing, unless the run now
+    plans more batches than ``planned_batches`` (a larger ``max_batches``), which continue from it."""
+    planned: int | None = None
+    """Final records: the batches the run planned when it wrote this (more than ``batch`` after an early stop)."""
     frontier: int | None = None
     """Asynchronous runs: the first dataset batch whose groups had not been started (``batch`` counts steps)."""
     pending: tuple[tuple[int, int], ...] = ()
     """Asynchronous runs: (batch, group) of every group before ``frontier`` not trained yet (in flight at the
     checkpoint): a resumed run rolls them out again, and trains no group twice."""
+
+    @property
+    def planned_batches(self) -> int:
+        return self.planned if self.planned is not None else self.batch
 
 
 class CheckpointLog(Protocol):
@@ -38,7 +45,7 @@ class CheckpointLog(Protocol):
         ...
 
     def reference_state(self) -> str | None:
-        """The saved state of the KL reference policy, if the run recorded one."""
+        """Where the KL reference policy's weights were saved (``Trainer.scorer`` opens them), if recorded."""
         ...
 
     def set_reference_state(self, state_path: str) -> None: ...

@@ -8,6 +8,7 @@ thread so the event loop stays free.
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import logging
@@ -118,6 +119,17 @@ class LocalTrainer:
         """Restore weights and optimizer state written by ``save_state``."""
         await self._worker.run(functools.partial(self._load, Path(path)))
 
+    async def save_weights_for_sampler(self, name: str) -> str:
+        """The weights (and optimizer) under ``checkpoint_dir/name``, as ``save_state`` writes them."""
+        return await self.save_state(name)
+
+    async def scorer(self, path: str) -> LocalSampler:
+        """A sampler on the weights saved at ``path``, built beside the trained model, which stays as it is."""
+        model = await self._worker.run(functools.partial(self._frozen_from, Path(path)))
+        return LocalSampler(
+            model, self._tokenizer, worker=self._worker, name=Path(path).name, max_batch_rows=self._max_batch_rows
+        )
+
     def close(self) -> None:
         """Stop the worker thread (after queued work)."""
         self._worker.close()
@@ -213,6 +225,13 @@ class LocalTrainer:
         }
         (out / _META).write_text(json.dumps(meta, indent=2))
         return str(out)
+
+    def _frozen_from(self, path: Path) -> PreTrainedModel:
+        clone = copy.deepcopy(self._model)
+        missing, unexpected = load_safetensors(clone, str(path / _WEIGHTS))
+        if missing or unexpected:
+            raise ValueError(f"{path} does not match the model: missing={missing}, unexpected={unexpected}")
+        return frozen_copy(clone)
 
     def _load(self, path: Path) -> None:
         meta = json.loads((path / _META).read_text())
