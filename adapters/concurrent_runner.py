@@ -222,6 +222,8 @@ class ConcurrentRunner:
         self._running: dict[str, asyncio.Task[None]] = {}
         self._abandoned: set[str] = set()
         """Rollouts ended elsewhere whose sync agent still holds a thread."""
+        self._failures_seen: set[str] = set()
+        """Agent errors whose traceback this runner has logged (a repeat gets one line)."""
         self._resources: dict[str, NamedResources] = {}
         self._executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix=f"{worker_id}-agent")
         self.finished = 0
@@ -305,10 +307,20 @@ class ConcurrentRunner:
         except asyncio.CancelledError:
             logger.warning("rollout %s ended in the store while running; its agent was cancelled", rollout_id)
             return
-        except Exception:
-            logger.exception("rollout %s: the agent raised", rollout_id)
+        except Exception as error:
+            self._log_agent_failure(rollout_id, error)
             spans = list(traced)  # what it emitted before failing stays in its trace
         await self._finish(rollout, spans, status)
+
+    def _log_agent_failure(self, rollout_id: str, error: Exception) -> None:
+        """The traceback the first time an error is seen in this runner, one line each time it repeats."""
+        key = f"{type(error).__name__}: {error}"
+        if key in self._failures_seen:
+            logger.warning("rollout %s: the agent raised %s (traceback shown before)", rollout_id, key)
+            return
+        if len(self._failures_seen) < 1000:
+            self._failures_seen.add(key)
+        logger.exception("rollout %s: the agent raised", rollout_id)
 
     async def _call_agent(self, rollout: AttemptedRollout, resources: NamedResources) -> object:
         agent = self._agent

@@ -16,7 +16,6 @@ import logging
 import math
 import os
 import threading
-import uuid
 import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -320,6 +319,18 @@ class TinkerSampler:
         return f"TinkerSampler(name={self.name!r})"
 
 
+def _quiet_deprecation(record: logging.LogRecord) -> bool:
+    return "DEPRECATED" not in record.getMessage()
+
+
+def _not_reraised(record: logging.LogRecord) -> bool:
+    """The SDK logs every non-retryable failure at ERROR before raising it; this adapter raises it as one line."""
+    return "non-retryable error" not in record.getMessage()
+
+
+logging.getLogger("tinker.lib.retry_handler").addFilter(_not_reraised)
+
+
 _NOT_OFFERED = (tinker.NotFoundError, tinker.UnprocessableEntityError)
 """What a server without ``create_training_client_from_state*`` answers it with (SkyRL 0.4.0: 422)."""
 
@@ -356,9 +367,9 @@ class TinkerTrainer:
         server = server_name(config.base_url)
 
         def open_service() -> tinker.ServiceClient:
-            service = tinker.ServiceClient(base_url=base_url, api_key=api_key)
-            check_capabilities(service.get_server_capabilities(), config, server)
-            return service
+            capabilities = tinker.RestClient(base_url=base_url, api_key=api_key).get_server_capabilities().result()
+            check_capabilities(capabilities, config, server)
+            return tinker.ServiceClient(base_url=base_url, api_key=api_key)
 
         service = await _connect_call(open_service, config.connect_timeout_s, "get_server_capabilities", server)
 
@@ -403,9 +414,9 @@ class TinkerTrainer:
         return {k: float(v) for k, v in (response.metrics or {}).items()}
 
     async def sampler(self, name: str) -> TinkerSampler:
-        """Save the current weights for sampling under ``name`` and return a sampler on them."""
+        """A sampler on the current weights (``name`` labels it here; the SDK's snapshots are unnamed)."""
         client = await self._train_call(
-            lambda: self._client.save_weights_and_get_sampling_client(name=name or uuid.uuid4().hex).result(),
+            lambda: self._client.save_weights_and_get_sampling_client().result(),
             "save_weights_and_get_sampling_client",
         )
         return self._sampler(client, name)
@@ -438,10 +449,16 @@ class TinkerTrainer:
             client = self._client if reuse else self._service.create_lora_training_client(
                 base_model=self._config.base_model, rank=self._config.lora_rank, seed=self._config.seed
             ).result()
-            with warnings.catch_warnings():  # deprecated in tinker 0.38, and safe only here: no request came before
-                warnings.simplefilter("ignore", FutureWarning)
-                warnings.simplefilter("ignore", DeprecationWarning)
-                client.load_state_with_optimizer(path).result()
+            # Deprecated in tinker 0.38 (it logs so at ERROR level), and safe only here: no request came before.
+            sdk_log = logging.getLogger("tinker.lib.public_interfaces.training_client")
+            sdk_log.addFilter(_quiet_deprecation)
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", FutureWarning)
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    client.load_state_with_optimizer(path).result()
+            finally:
+                sdk_log.removeFilter(_quiet_deprecation)
             return client
 
         return await self._train_call(load, "load_state_with_optimizer")
@@ -458,7 +475,7 @@ class TinkerTrainer:
     async def scorer(self, path: str) -> TinkerSampler:
         """A sampling client of its own on the weights at ``path``; the training client is not touched."""
         client = await _connect_call(
-            lambda: self._service.create_sampling_client(model_path=path),
+            lambda: self._service.create_sampling_client(model_path=path).result(),
             self._config.connect_timeout_s,
             "create_sampling_client",
             self._server,

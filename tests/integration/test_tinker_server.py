@@ -1,0 +1,179 @@
+"""The Tinker path against a real Tinker-API server: SkyRL 0.4.0 behind the compatibility proxy.
+
+The server runs on this machine's CPU with the project's tiny model (``adapters.tinker_server.skyrl``;
+``scripts/test.sh`` installs it beforehand). Where no Python >= 3.12 exists these tests skip and say so.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from adapters.tinker_backend import TinkerConfig, TinkerError, TinkerTrainer
+from adapters.tinker_server.skyrl import SkyrlServer, find_python312, install, tiny_model_dir
+from ports.policy import AdamParams, LossName, SamplingParams, TrainingDatum
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+RANK = 8
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SkyrlServer, Path]]:
+    if find_python312() is None:
+        pytest.skip("SkyRL's Tinker-API server needs Python >= 3.12, and none was found (set AGL_TINKER_PYTHON312)")
+    install()
+    workdir = tmp_path_factory.mktemp("skyrl")
+    with tiny_model_dir(workdir) as model, SkyrlServer(model, workdir) as running:
+        yield running, model
+
+
+@pytest.fixture(autouse=True)
+def api_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TINKER_API_KEY", "tml-local-test-key")  # the SDK wants one; SkyRL checks none
+
+
+def cli(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "TINKER_API_KEY": "tml-local-test-key", "COLUMNS": "200"}
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env
+    )
+
+
+def train_args(url: str, model: Path, run: Path, *extra: str) -> list[str]:
+    return [
+        "train",
+        "policy.backend=tinker",
+        f"policy.base_url={url}",
+        f"policy.base_model={model}",
+        f"policy.lora_rank={RANK}",
+        f"log_path={run}",
+        "kl_penalty_coef=0",
+        "n_runners=1",
+        "batch_size=2",
+        "group_size=4",
+        "eval_every=0",
+        "save_every=1",
+        "warm_start.steps=3",
+        "warm_start.batch_size=4",
+        *extra,
+    ]
+
+
+def metric_lines(run: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_train_resume_on_a_fresh_client_and_extend_through_the_server(
+    server: tuple[SkyrlServer, Path], tmp_path: Path
+) -> None:
+    """A warm start (cross_entropy) and 2 RL batches through the endpoint; the rerun with max_batches=3 resumes
+    on a fresh training client from the final checkpoint, logs every step once, and shows a finite loss."""
+    skyrl, model = server
+    run = tmp_path / "run"
+
+    first = cli(*train_args(skyrl.url, model, run, "max_batches=2"))
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "warm start: 3 supervised steps" in first.stderr
+    records = [json.loads(line) for line in (run / "checkpoints.jsonl").read_text().splitlines()]
+    assert records[-1]["final"] and records[-1]["batch"] == 2 and records[-1]["state_path"].startswith("tinker://")
+
+    second = cli(*train_args(skyrl.url, model, run, "max_batches=3"))
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert f"resuming after batch 2 from {records[-1]['state_path']}" in second.stderr
+    assert "LoadWeights is not permitted" not in second.stderr
+    steps = [m["progress/batch"] for m in metric_lines(run) if "progress/batch" in m]
+    assert steps == [0, 1, 2]
+    losses = [m["optim/loss:sum"] for m in metric_lines(run) if "optim/loss:sum" in m]
+    assert len(losses) == 3 and all(math.isfinite(x) for x in losses)
+    assert "loss      nan" not in first.stderr + second.stderr
+    last = json.loads((run / "checkpoints.jsonl").read_text().splitlines()[-1])
+    assert last["final"] and last["batch"] == 3
+    assert last["state_path"].split("/")[2] != records[-1]["state_path"].split("/")[2]  # a new training run
+
+
+async def test_every_loss_function_trains_through_the_server(server: tuple[SkyrlServer, Path]) -> None:
+    """Each of Tinker's losses once: training logprobs equal the sampler's, the loss is Tinker's sum, steps move."""
+    skyrl, model = server
+    trainer = await TinkerTrainer.connect(
+        TinkerConfig(base_model=str(model), lora_rank=RANK, base_url=skyrl.url, seed=1)
+    )
+    sampler = await trainer.sampler("losses-0")
+    prompt = [5, 17, 42, 9]
+    (sequence,) = await sampler.sample(prompt, SamplingParams(max_tokens=4, temperature=1.0, seed=3))
+    tokens = [*prompt, *sequence.tokens]
+    n_prompt = len(prompt) - 1
+    logprobs = (0.0,) * n_prompt + sequence.logprobs
+    advantages = (0.0,) * n_prompt + (0.5,) * len(sequence.tokens)
+    on_action = (0.0,) * n_prompt + (1.0,) * len(sequence.tokens)
+    inputs, targets = tuple(tokens[:-1]), tuple(tokens[1:])
+    rl = TrainingDatum(inputs, targets, logprobs=logprobs, advantages=advantages, mask=on_action)
+    sft = TrainingDatum(inputs, targets, weights=on_action)
+
+    outputs = {}
+    for loss in (LossName.IMPORTANCE_SAMPLING, LossName.PPO, LossName.CISPO, LossName.CROSS_ENTROPY):
+        output = await trainer.forward_backward([sft if loss is LossName.CROSS_ENTROPY else rl], loss)
+        outputs[loss] = output
+        (trained,) = output.logprobs_D
+        assert trained[n_prompt:] == pytest.approx(sequence.logprobs, abs=1e-4), loss
+        assert math.isfinite(output.metrics["loss:sum"]), loss
+
+    action = sum(sequence.logprobs)
+    # Before any step the ratio is 1: IS and PPO give -sum(A), CISPO -sum(A * logprob), CE -sum(w * logprob).
+    assert outputs[LossName.IMPORTANCE_SAMPLING].metrics["loss:sum"] == pytest.approx(-0.5 * len(sequence.tokens), 1e-3)
+    assert outputs[LossName.PPO].metrics["loss:sum"] == pytest.approx(-0.5 * len(sequence.tokens), 1e-3)
+    assert outputs[LossName.CISPO].metrics["loss:sum"] == pytest.approx(-0.5 * action, 1e-3)
+    assert outputs[LossName.CROSS_ENTROPY].metrics["loss:sum"] == pytest.approx(-action, 1e-3)
+
+    await trainer.optim_step(AdamParams(learning_rate=5e-2))
+    after = await trainer.forward_backward([sft], LossName.CROSS_ENTROPY)
+    assert after.logprobs_D[0][n_prompt:] != pytest.approx(sequence.logprobs, abs=1e-4)
+
+
+async def test_the_kl_reference_scores_beside_training_where_the_server_allows_it(
+    server: tuple[SkyrlServer, Path],
+) -> None:
+    """The reference is a sampling client of its own; on SkyRL 0.4.0, sampling an old checkpoint would load it
+    into the training slot, so the proxy refuses it by name and this test skips with that reason."""
+    skyrl, model = server
+    trainer = await TinkerTrainer.connect(TinkerConfig(base_model=str(model), lora_rank=RANK, base_url=skyrl.url))
+    tokens = [5, 17, 42, 9, 11, 3]
+    datum = TrainingDatum(model_input=tuple(tokens[:-1]), target_tokens=tuple(tokens[1:]), weights=(1.0,) * 5)
+    path = await trainer.save_weights_for_sampler("kl-reference")
+    reference = await trainer.scorer(path)
+    before = await reference.compute_logprobs(tokens)
+    await trainer.forward_backward([datum], LossName.CROSS_ENTROPY)
+    await trainer.optim_step(AdamParams(learning_rate=5e-2))
+    try:
+        again = await reference.compute_logprobs(tokens)
+    except TinkerError as error:
+        assert "adapter slot" in str(error) and skyrl.url in str(error)
+        pytest.skip(f"SkyRL's slot behaviour: {error}")
+    assert again == pytest.approx(before, abs=1e-5)
+    trained = await trainer.forward_backward([datum], LossName.CROSS_ENTROPY)
+    assert trained.logprobs_D[0] != pytest.approx(before[1:], abs=1e-4)
+
+
+def test_without_the_proxy_the_run_ends_with_one_error_line_naming_the_cause(
+    server: tuple[SkyrlServer, Path], tmp_path: Path
+) -> None:
+    """SkyRL alone breaks every sample inside the tinker 0.38 SDK: the run exits 1, its last line is the error,
+    naming the server and the SDK's assertion, with no SDK traceback and no progress bar after it."""
+    skyrl, model = server
+    result = cli(*train_args(skyrl.upstream, model, tmp_path / "run", "max_batches=2", "max_empty_batches=1"))
+    assert result.returncode == 1, result.stderr[-3000:]
+    lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
+    assert lines[-1].startswith("error: 1 consecutive batch had no trainable rollout"), lines[-5:]
+    assert "sample_sequence_ids" in lines[-1] and skyrl.upstream in lines[-1]
+    assert sum(line.startswith("error:") for line in lines) == 1
+    assert "tinker/lib/" not in result.stderr  # no frame of the SDK's: its failure arrives as one line
+    assert result.stderr.count("Traceback") <= 1  # the agent's own, once, not once per rollout
