@@ -11,7 +11,8 @@ the store over HTTP, the way a distributed deployment runs them, and poll it eve
 dead process from the new one's; a slot whose process dies ``max_crashes`` times in a row, each
 within ``crash_window_s`` of its start (agent import included), is given up. It implements
 ``ports.runner_pool.RunnerPool``. Each process gets the store's token in memory (its store client
-and its OTLP span exporter send it) and exits when its parent is gone, even after ``kill -9``.
+and its OTLP span exporter send it) and exits when its parent is gone, even after ``kill -9``: the kernel
+kills it (``adapters.runner_entry``, armed before any heavy import), and a watch thread polls as a fallback.
 """
 
 from __future__ import annotations
@@ -31,9 +32,10 @@ from multiprocessing.process import BaseProcess
 from typing import Any, cast
 
 from agentlightning import AgentOpsTracer, LightningStore, LitAgent, LitAgentRunner
-from agentlightning.execution import MultiprocessingEvent, ThreadingEvent
+from agentlightning.execution import ExecutionEvent
 
 from adapters.concurrent_runner import DEFAULT_CONCURRENCY, HUNG_EXIT_CODE, ConcurrentRunner
+from adapters.runner_entry import runner_main
 from adapters.store_auth import TokenStoreClient, export_spans_with_token
 
 logger = logging.getLogger(__name__)
@@ -72,7 +74,7 @@ def make_runner(poll_interval_s: float = DEFAULT_POLL_INTERVAL_S) -> LitAgentRun
 async def run_runner(
     agent: LitAgent[Any],
     store: LightningStore,
-    stop: ThreadingEvent | MultiprocessingEvent,
+    stop: ExecutionEvent,
     *,
     worker_id: int = 0,
     poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
@@ -95,7 +97,7 @@ async def run_runner(
 async def run_concurrent_runner(
     agent: LitAgent[Any],
     store: LightningStore,
-    stop: ThreadingEvent | MultiprocessingEvent,
+    stop: ExecutionEvent,
     *,
     worker_id: int = 0,
     concurrency: int,
@@ -125,16 +127,17 @@ def _exit_with_parent(parent_pid: int, interval_s: float = 0.5) -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
-def _runner_process(
+def run_runner_process(
+    parent_pid: int,
+    stop: ExecutionEvent,
     agent_reference: str,
     store_url: str,
     worker_id: int,
     poll_interval_s: float,
-    stop: MultiprocessingEvent,
     token: str | None,
-    parent_pid: int,
     concurrency: int | None,
 ) -> None:
+    """A runner process's work, after ``adapters.runner_entry`` tied it to its parent."""
     _exit_with_parent(parent_pid)
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     os.environ.setdefault("TINKER_TELEMETRY", "0")
@@ -214,7 +217,8 @@ class RunnerProcesses:
         self._concurrency = concurrency
         load_agent(agent_reference)  # fail here, with a clear message, rather than in n children
         self._context = multiprocessing.get_context("spawn")
-        self._stop = MultiprocessingEvent(ctx=self._context)
+        self._stop = self._context.Event()
+        """A plain multiprocessing event: unpickling it in the child imports nothing heavy."""
         self._args = (agent_reference, store_url, poll_interval_s, token)
         self._max_crashes, self._crash_window_s = max_crashes, crash_window_s
         self._backoff_s, self._max_backoff_s, self._check_interval_s = backoff_s, max_backoff_s, check_interval_s
@@ -230,15 +234,15 @@ class RunnerProcesses:
     def _process(self, worker_id: int) -> BaseProcess:
         agent_reference, store_url, poll_interval_s, token = self._args
         return self._context.Process(
-            target=_runner_process,
+            target=runner_main,
             args=(
+                os.getpid(),
+                self._stop,
                 agent_reference,
                 store_url,
                 worker_id,
                 poll_interval_s,
-                self._stop,
                 token,
-                os.getpid(),
                 self._concurrency,
             ),
             name=f"agl-runner-{worker_id}",
