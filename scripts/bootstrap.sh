@@ -5,9 +5,13 @@ cd "$(dirname "$0")/.."
 export LITELLM_LOCAL_MODEL_COST_MAP=True TINKER_TELEMETRY=0
 stamp=".venv/.installed-$(cat constraints.txt pyproject.toml | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
+  echo "agl-tinker: installing the locked dependencies into .venv (once; about 2 minutes and 2.2 GB)"
   python3 -m venv .venv
-  .venv/bin/python -m pip install -q --upgrade pip
+  # -qq: pip's errors only (its per-index warnings and progress are not the user's business).
+  .venv/bin/python -m pip install -qq --upgrade pip
   # torch==2.13.0 (CPU build) is pinned in constraints.txt so pip never pulls a CUDA build.
-  .venv/bin/python -m pip install -q -c constraints.txt -e '.[dev,lora]'
+  .venv/bin/python -m pip install -qq -c constraints.txt -e '.[dev,lora]'
+  rm -f .venv/.installed-*
   touch "$stamp"
+  echo "agl-tinker: .venv is ready"
 fi
