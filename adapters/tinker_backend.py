@@ -59,6 +59,8 @@ class TinkerConfig:
 
     base_model: str
     lora_rank: int = 32
+    train_unembed: bool = True
+    """LoRA on the output layer as well as attention and MLP (the SDK's default)."""
     base_url: str | None = None
     """None: ``TINKER_BASE_URL`` or the SDK's default (the hosted service)."""
     seed: int | None = None
@@ -375,7 +377,10 @@ class TinkerTrainer:
 
         def create() -> tinker.TrainingClient:
             return service.create_lora_training_client(
-                base_model=config.base_model, rank=config.lora_rank, seed=config.seed
+                base_model=config.base_model,
+                rank=config.lora_rank,
+                seed=config.seed,
+                train_unembed=config.train_unembed,
             ).result()
 
         client = await _connect_call(create, config.connect_timeout_s, "create_lora_training_client", server)
@@ -447,7 +452,10 @@ class TinkerTrainer:
     async def _load_into_fresh_client(self, path: str, *, reuse: bool) -> tinker.TrainingClient:
         def load() -> tinker.TrainingClient:
             client = self._client if reuse else self._service.create_lora_training_client(
-                base_model=self._config.base_model, rank=self._config.lora_rank, seed=self._config.seed
+                base_model=self._config.base_model,
+                rank=self._config.lora_rank,
+                seed=self._config.seed,
+                train_unembed=self._config.train_unembed,
             ).result()
             # Deprecated in tinker 0.38 (it logs so at ERROR level), and safe only here: no request came before.
             sdk_log = logging.getLogger("tinker.lib.public_interfaces.training_client")

@@ -39,6 +39,9 @@ class PolicyConfig(_Frozen):
     renderer_name: str = "qwen3_instruct"
     lora_rank: int = Field(default=0, ge=0)
     """0 trains all weights (local only); tinker trains LoRA adapters and needs a rank."""
+    train_unembed: bool = True
+    """tinker: LoRA on the output layer too (Tinker's default); SkyRL's server cannot, so set it false there.
+    The local backend's LoRA adapts every linear layer but the output layer, whatever this says."""
     num_threads: int | None = Field(default=None, ge=1)
     """local: torch threads; unset leaves one core for the event loop."""
 

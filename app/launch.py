@@ -142,7 +142,11 @@ async def open_backend(config: TrainConfig) -> Backend:
     assert policy.base_model is not None  # checked by PolicyConfig
     tinker_trainer = await TinkerTrainer.connect(
         TinkerConfig(
-            base_model=policy.base_model, lora_rank=policy.lora_rank, base_url=policy.base_url, seed=config.seed
+            base_model=policy.base_model,
+            lora_rank=policy.lora_rank,
+            train_unembed=policy.train_unembed,
+            base_url=policy.base_url,
+            seed=config.seed,
         )
     )
     renderer = get_renderer(policy.renderer_name, get_tokenizer(policy.base_model))

@@ -16,8 +16,8 @@ Bridged (SkyRL 0.4.0, tinker 0.38.0):
 Refused with a 400 that names the field (SkyRL 0.4.0 would ignore it without a word):
 
 - ``optim_step`` with ``adam_params.grad_clip_norm`` other than 0, or any optimizer but Adam;
-- ``create_model`` that trains less than every LoRA target (``train_mlp``/``train_attn``/``train_unembed``
-  false) or asks for an optimizer other than Adam;
+- ``create_model`` whose LoRA targets differ from SkyRL's fixed ones (attention and MLP, never the output
+  layer: the SDK's default ``train_unembed=True`` is refused) or that asks for an optimizer other than Adam;
 - ``asample`` with ``topk_sample_logprobs``, ``target_prompt_logprobs``, ``prompt_alt_tokens_k`` or
   ``prompt_logprobs_last_n``;
 - sampling a checkpoint of a training run whose weights changed since it was saved: SkyRL samples a
@@ -62,6 +62,8 @@ SLOT_BEHAVIOUR = (
     "the synchronous loop)"
 )
 _HOP_HEADERS = {"host", "content-length", "connection", "transfer-encoding", "keep-alive", "accept-encoding"}
+SKYRL_LORA_TARGETS = {"train_attn": True, "train_mlp": True, "train_unembed": False}
+"""What SkyRL 0.4.0's API trains whatever the request says (its ``LoRAConfig`` takes only ``rank`` and ``seed``)."""
 _IGNORED_SAMPLE_FIELDS = {
     "topk_sample_logprobs": 0,
     "target_prompt_logprobs": None,
@@ -192,9 +194,13 @@ class CompatProxy:
                 return f"SkyRL 0.4.0 ignores adam_params.grad_clip_norm ({clip}): set it to 0"
         elif path == "/api/v1/create_model":
             lora = payload.get("lora_config") or {}
-            skipped = [k for k in ("train_mlp", "train_attn", "train_unembed") if lora.get(k) is False]
-            if skipped:
-                return f"SkyRL 0.4.0 trains every LoRA target and ignores lora_config {', '.join(skipped)}=false"
+            ignored = [f"{k}={str(v).lower()}" for k, v in lora.items() if k in SKYRL_LORA_TARGETS and v is not None
+                       and bool(v) != SKYRL_LORA_TARGETS[k]]  # fmt: skip
+            if ignored:
+                return (
+                    f"SkyRL 0.4.0 ignores lora_config {', '.join(ignored)}: it always trains attention and MLP and "
+                    "never the output layer (agl-tinker: policy.train_unembed=false)"
+                )
             optimizer = (payload.get("optimizer_config") or {}).get("type", "adamw")
             if optimizer != "adamw":
                 return f"SkyRL 0.4.0 only runs Adam and ignores optimizer_config type {optimizer!r}"

@@ -56,6 +56,7 @@ def train_args(url: str, model: Path, run: Path, *extra: str) -> list[str]:
         f"policy.base_url={url}",
         f"policy.base_model={model}",
         f"policy.lora_rank={RANK}",
+        "policy.train_unembed=false",  # SkyRL never trains the output layer; the proxy refuses the SDK's default
         f"log_path={run}",
         "kl_penalty_coef=0",
         "n_runners=1",
@@ -105,7 +106,7 @@ async def test_every_loss_function_trains_through_the_server(server: tuple[Skyrl
     """Each of Tinker's losses once: training logprobs equal the sampler's, the loss is Tinker's sum, steps move."""
     skyrl, model = server
     trainer = await TinkerTrainer.connect(
-        TinkerConfig(base_model=str(model), lora_rank=RANK, base_url=skyrl.url, seed=1)
+        TinkerConfig(base_model=str(model), lora_rank=RANK, train_unembed=False, base_url=skyrl.url, seed=1)
     )
     sampler = await trainer.sampler("losses-0")
     prompt = [5, 17, 42, 9]
@@ -139,13 +140,25 @@ async def test_every_loss_function_trains_through_the_server(server: tuple[Skyrl
     assert after.logprobs_D[0][n_prompt:] != pytest.approx(sequence.logprobs, abs=1e-4)
 
 
+async def test_a_lora_target_skyrl_would_not_train_is_refused_at_connect(server: tuple[SkyrlServer, Path]) -> None:
+    """The SDK's default trains the output layer, which SkyRL ignores: connecting fails with one line saying so."""
+    skyrl, model = server
+    with pytest.raises(TinkerError) as info:
+        await TinkerTrainer.connect(TinkerConfig(base_model=str(model), lora_rank=RANK, base_url=skyrl.url))
+    message = str(info.value)
+    assert "create_lora_training_client" in message and skyrl.url in message
+    assert "train_unembed=true" in message and "policy.train_unembed=false" in message
+    assert "\n" not in message
+
+
 async def test_the_kl_reference_scores_beside_training_where_the_server_allows_it(
     server: tuple[SkyrlServer, Path],
 ) -> None:
     """The reference is a sampling client of its own; on SkyRL 0.4.0, sampling an old checkpoint would load it
     into the training slot, so the proxy refuses it by name and this test skips with that reason."""
     skyrl, model = server
-    trainer = await TinkerTrainer.connect(TinkerConfig(base_model=str(model), lora_rank=RANK, base_url=skyrl.url))
+    config = TinkerConfig(base_model=str(model), lora_rank=RANK, train_unembed=False, base_url=skyrl.url)
+    trainer = await TinkerTrainer.connect(config)
     tokens = [5, 17, 42, 9, 11, 3]
     datum = TrainingDatum(model_input=tuple(tokens[:-1]), target_tokens=tuple(tokens[1:]), weights=(1.0,) * 5)
     path = await trainer.save_weights_for_sampler("kl-reference")
