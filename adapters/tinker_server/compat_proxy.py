@@ -173,7 +173,11 @@ class CompatProxy:
             if refused is not None:
                 logger.info("refused %s: %s", path, refused)
                 return refusal(refused)
-        upstream = await self._forward(request, path, body)
+        try:
+            upstream = await self._forward(request, path, body)
+        except httpx.TransportError as error:
+            detail = f"the SkyRL server at {self.upstream} did not answer ({type(error).__name__}); see its log"
+            return JSONResponse({"detail": detail}, status_code=502)
         if payload is not None:
             self._observe(path, payload, upstream)
         return self._amend(path, payload, upstream)

@@ -85,6 +85,13 @@ async def test_an_interrupted_run_resumes_at_its_checkpoint_without_repeating_tr
     again = await train(cfg)
     assert (again.start_batch, again.end_batch) == (4, 4)
 
+    # A larger max_batches continues the finished run from its final checkpoint, every step logged once.
+    extended = await train(config(tmp_path, max_batches=6, save_every=2))
+    assert (extended.start_batch, extended.end_batch) == (4, 6)
+    assert [m["progress/batch"] for m in batch_lines(run)] == [0, 1, 2, 3, 4, 5]
+    final_state = json.loads((Path(records[0]["state_path"]).parent / "final" / "state.json").read_text())
+    assert final_state["steps"] == cfg.warm_start.steps + 6
+
 
 @pytest.mark.fault
 async def test_a_run_whose_agent_always_fails_stops_loudly_and_logs_every_rollout(tmp_path: Path) -> None:
