@@ -7,8 +7,10 @@ datums as in training.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import agentlightning as agl
@@ -27,9 +29,10 @@ from adapters.local import build_tiny_model
 from domain.sampling import SamplingDefaults
 from domain.trajectory import ReconstructedTrajectory, reconstruct_trajectory
 from tests.integration.prompt_sampler import PromptSampler
-from tests.integration.test_examples import assert_extends, assert_one_datum_each
+from tests.integration.test_examples import assert_extends, assert_one_datum_each, model_dir, train_overrides
 
 pytestmark = pytest.mark.slow
+__all__ = ["model_dir"]  # a fixture shared with test_examples
 
 TOOL_CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
 ADD = {
@@ -399,3 +402,40 @@ class TestRoutes:
             await client.embeddings.create(model="policy", input="hi")
 
         assert "POST /v1/embeddings is not served" in str(caught.value)
+
+
+class TestReportedFailures:
+    async def test_a_run_that_trains_nothing_names_the_route_its_agents_were_refused(
+        self, tmp_path: Path, model_dir: Path
+    ) -> None:
+        from app.config import load_config
+        from app.launch import train
+        from app.training import NothingToTrain
+
+        overrides = train_overrides(tmp_path, model_dir, "multiturn", "guess_number")
+        overrides = [o for o in overrides if not o.startswith("agent=")]
+        overrides += ["agent=tests.integration.refused_agents:legacy_completions_agent", "max_empty_batches=1"]
+        cfg = load_config(None, overrides).unwrap()
+
+        with pytest.raises(NothingToTrain) as caught:
+            await asyncio.wait_for(train(cfg), 150)
+
+        message = str(caught.value)
+        assert "no trainable rollout" in message
+        assert "the endpoint answered 404 on POST .../completions 4 times of 4 failed requests" in message
+        assert "is not served" in message
+
+    async def test_the_litellm_server_refuses_the_responses_api_by_name_and_still_serves_chat(
+        self, store: agl.InMemoryLightningStore, renderer: renderers.Renderer
+    ) -> None:
+        sampler = PromptSampler(renderer, lambda p: ["ok"])
+        config = EndpointConfig(server="litellm", defaults=SamplingDefaults(max_tokens=16))
+        async with PolicyEndpoint(store, renderer, config, sampler=sampler) as ep:
+            client = openai.AsyncOpenAI(base_url=ep.endpoint, api_key="unused", max_retries=0)
+            with pytest.raises(openai.BadRequestError) as caught:
+                await client.responses.create(model="policy", input="hi")
+            chat = await client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "hi"}])
+
+        assert "served by the lean endpoint server only (endpoint_server=lean)" in str(caught.value)
+        assert chat.choices[0].message.content == "ok"
+        assert len(sampler.prompts) == 1
