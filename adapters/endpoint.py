@@ -177,8 +177,9 @@ class PolicyEndpoint:
         return self._provider.set_sampler(sampler)
 
     def take_metrics(self) -> dict[str, float]:
-        """Counts since the last call: completions recorded per rollout, and how each turn's prompt was built."""
-        return {f"endpoint/{k}": float(v) for k, v in self._provider.take_counters().items()}
+        """Counts since the last call: completions recorded, how prompts were built, errors answered by status."""
+        counts = {**self._provider.take_counters(), **self._failures.take_counts()}
+        return {f"endpoint/{k}": float(v) for k, v in counts.items()}
 
     def backend_failure(self) -> str | None:
         """Why requests fail: the policy backend's failure on the latest request that reached it, if it

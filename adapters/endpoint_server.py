@@ -36,7 +36,7 @@ import socket
 import threading
 import time
 import uuid
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any, cast
 
@@ -93,29 +93,40 @@ SERVED = (
 
 
 class RequestFailures:
-    """How often each kind of request was answered with an error, e.g. ``404 on POST .../v1/responses``."""
+    """The errors the endpoint answered, by kind (e.g. ``404 on POST .../v1/responses``).
 
-    def __init__(self) -> None:
-        self._counts: Counter[str] = Counter()
+    ``most_common`` looks at the latest ``window`` failures, so what a run ends with names what its
+    agents were refused lately; ``take_counts`` counts failures by status since its last call.
+    """
+
+    def __init__(self, window: int = 1024) -> None:
+        self._recent: deque[str] = deque(maxlen=window)
         self._examples: dict[str, str] = {}
+        self._statuses: Counter[int] = Counter()
         self._lock = threading.Lock()
 
     def note(self, method: str, path: str, status: int, message: str) -> None:
-        route = ROLLOUT_PATH.sub("...", path)
-        key = f"{status} on {method} {route}"
+        key = f"{status} on {method} {ROLLOUT_PATH.sub('...', path)}"
         with self._lock:
-            self._counts[key] += 1
-            self._examples.setdefault(key, message)
+            self._recent.append(key)
+            self._examples[key] = message
+            self._statuses[status] += 1
 
     def most_common(self) -> str | None:
-        """The most frequent failure with its count and message, or None when every request was served."""
+        """The most frequent recent failure with its count and latest message; None when there was none."""
         with self._lock:
-            if not self._counts:
+            if not self._recent:
                 return None
-            (key, count), total = self._counts.most_common(1)[0], sum(self._counts.values())
+            (key, count), total = Counter(self._recent).most_common(1)[0], len(self._recent)
             example = self._examples[key]
         times = "once" if count == 1 else f"{count} times"
         return f"the endpoint answered {key} {times} of {total} failed requests: {example}"
+
+    def take_counts(self) -> dict[str, int]:
+        """Failures answered since the last call, by HTTP status (``failed/404``: 3)."""
+        with self._lock:
+            counts, self._statuses = self._statuses, Counter()
+        return {f"failed/{status}": n for status, n in sorted(counts.items())}
 
 
 class MasterKeyAuth:

@@ -391,6 +391,10 @@ class TestRoutes:
         assert wrong_method.status_code == 405 and "error" in wrong_method.json()
         failure = endpoint.backend_failure()
         assert failure is not None and failure.startswith("the endpoint answered 404 on POST .../v1/embeddings 2 times")
+        assert "of 4 failed requests" in failure
+        metrics = endpoint.take_metrics()
+        assert (metrics["endpoint/failed/404"], metrics["endpoint/failed/405"]) == (3.0, 1.0)
+        assert "endpoint/failed/404" not in endpoint.take_metrics()
 
     async def test_an_openai_client_sees_the_404_message_naming_the_route(
         self, endpoint: PolicyEndpoint, renderer: renderers.Renderer
