@@ -187,6 +187,13 @@ def check_messages(messages: object) -> None:
             raise BadParam(
                 f"messages[{index}].role", f"messages[{index}] has role {role!r}; expected one of {sorted(CHAT_ROLES)}"
             )
+        content = cast(Mapping[str, object], message).get("content")
+        if isinstance(content, list):
+            for j, part in enumerate(content):
+                kind = part.get("type") if isinstance(part, Mapping) else None
+                if kind != "text":
+                    where = f"messages[{index}].content[{j}].type"
+                    raise BadParam(where, f"{where} {kind!r} is not served: the policy reads text parts only")
 
 
 def prompt_tokens(renderer: renderers.Renderer, messages: Sequence[Mapping[str, object]], tools: object) -> list[int]:

@@ -252,6 +252,10 @@ CHAT_REFUSED = [
     ({"temperature": "hot"}, "temperature"),
     ({"n": 0}, "n"),
     ({"messages": [{"role": "robot", "content": "hi"}]}, "messages[0].role"),
+    (
+        {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}]},
+        "messages[0].content[0].type",
+    ),
     ({"frobnicate": True}, "frobnicate"),
 ]
 CHAT_NEUTRAL = {
