@@ -29,6 +29,12 @@ def _stream_options(value: object) -> bool:
     return value is None or (isinstance(value, Mapping) and set(value) <= {"include_usage", "include_obfuscation"})
 
 
+def _function_tools(value: object) -> bool:
+    return value is None or (
+        isinstance(value, list) and all(isinstance(t, Mapping) and t.get("type") == "function" for t in value)
+    )
+
+
 _TOOL_CHOICE = "the policy samples freely and cannot be forced to call (or skip) a tool: send 'auto' or leave it out"
 _REFUSED_WHY: dict[str, str] = {
     "tool_choice": _TOOL_CHOICE,
@@ -56,6 +62,7 @@ _REFUSED_WHY: dict[str, str] = {
     "functions": "the deprecated functions field is not served: declare tools",
     "function_call": "the deprecated function_call field is not served: declare tools",
     "stream_options": "only include_usage and include_obfuscation are served",
+    "tools": "function tools only",
 }
 
 _COMMON: dict[str, Callable[[object], bool]] = {
@@ -80,13 +87,13 @@ CHAT_FIELDS: dict[str, Callable[[object], bool] | None] = {
             "n",
             "stop",
             "stream",
-            "tools",
             "logprobs",
             "return_token_ids",
             *INFORMATIONAL,
         ]
     ),
     **_COMMON,
+    "tools": _function_tools,
     "response_format": _absent_or({"type": "text"}),
     "logit_bias": _absent_or({}),
     "frequency_penalty": _absent_or(0),

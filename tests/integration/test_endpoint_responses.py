@@ -256,6 +256,7 @@ CHAT_REFUSED = [
         {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}]},
         "messages[0].content[0].type",
     ),
+    ({"tools": [{"type": "custom", "custom": {"name": "grammar"}}]}, "tools"),
     ({"frobnicate": True}, "frobnicate"),
 ]
 CHAT_NEUTRAL = {
