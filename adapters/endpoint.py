@@ -31,7 +31,15 @@ from litellm.proxy.shutdown.graceful_shutdown_manager import GracefulShutdownMan
 from tinker_cookbook import renderers
 
 from adapters.endpoint_provider import LoopBridge, PolicyProvider, PolicySnapshot
-from adapters.endpoint_server import LeanServer, MasterKeyAuth, ServerStartError, _required_key_env, build_app
+from adapters.endpoint_server import (
+    LeanServer,
+    MasterKeyAuth,
+    RefuseResponses,
+    RequestFailures,
+    ServerStartError,
+    _required_key_env,
+    build_app,
+)
 from domain.sampling import SamplingDefaults
 from ports.policy import Sampler
 
@@ -138,6 +146,7 @@ class PolicyEndpoint:
         )
         self._proxy: LLMProxy | None = None
         self._lean: LeanServer | None = None
+        self._failures = RequestFailures()
 
     @property
     def config(self) -> EndpointConfig:
@@ -168,12 +177,15 @@ class PolicyEndpoint:
         return self._provider.set_sampler(sampler)
 
     def take_metrics(self) -> dict[str, float]:
-        """Counts since the last call: completions recorded per rollout, and how each turn's prompt was built."""
-        return {f"endpoint/{k}": float(v) for k, v in self._provider.take_counters().items()}
+        """Counts since the last call: completions recorded, how prompts were built, errors answered by status."""
+        counts = {**self._provider.take_counters(), **self._failures.take_counts()}
+        return {f"endpoint/{k}": float(v) for k, v in counts.items()}
 
     def backend_failure(self) -> str | None:
-        """Why the policy backend failed the latest request that reached it, if it did."""
-        return self._provider.last_failure
+        """Why requests fail: the policy backend's failure on the latest request that reached it, if it
+        failed; otherwise the error the lean server answered most often (``404 on POST .../responses``),
+        if it answered any."""
+        return self._provider.last_failure or self._failures.most_common()
 
     def set_sampling_defaults(self, defaults: SamplingDefaults) -> SamplingDefaults:
         """Replace the defaults (e.g. a greedy eval); returns the previous ones to restore later."""
@@ -201,7 +213,7 @@ class PolicyEndpoint:
         config = self._config
         self._provider.bind_loop(None)  # served on this loop: samplers are called directly
         key_envs = [] if is_loopback(config.host) else [config.master_key_env]
-        app = MasterKeyAuth(build_app(self._provider, self._store, config.model_name), key_envs)
+        app = MasterKeyAuth(build_app(self._provider, self._store, config.model_name, self._failures), key_envs)
         server = LeanServer(app, config.host, config.port, startup_timeout_s=config.startup_timeout_s)
         try:
             await server.start()
@@ -235,7 +247,7 @@ class PolicyEndpoint:
                 log_level=logging.WARNING if config.quiet else logging.INFO,
             ),
             callbacks=["return_token_ids"] if config.lean_spans else None,
-            middlewares=["rollout_attempt", "stream_conversion", MasterKeyAuth],
+            middlewares=["rollout_attempt", "stream_conversion", MasterKeyAuth, RefuseResponses],
         )
         # A stopped proxy leaves LiteLLM's process-wide shutdown flag set, and the liveliness probe
         # of the next proxy in this process would then answer 503 until the startup timeout.

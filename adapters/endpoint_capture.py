@@ -33,6 +33,11 @@ FINISH_REASON = "agl_tinker.finish_reason"
 MODEL = "agl_tinker.model"
 PREFIX = "agl_tinker.prefix"
 """``first_turn``, ``extended`` (token-in-token-out) or ``broken:<PrefixBreak>``."""
+CHOICE = "agl_tinker.choice"
+"""Which of the request's choices the record holds (one record per choice, all with the request's sequence id)."""
+N_CHOICES = "agl_tinker.n_choices"
+EXTENDS = "agl_tinker.extends"
+"""``[sequence_id, choice]`` of the served choice this prompt extends token for token (absent otherwise)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,10 +131,17 @@ def completion_span(
     policy_version: int,
     prefix: str,
     start_time: float,
+    choice: int = 0,
+    n_choices: int = 1,
+    extends: tuple[int, int] | None = None,
 ) -> Span:
-    """The store record of one served completion (choice 0: the one the agent continues with)."""
+    """The store record of one choice of a served completion."""
+    extra: dict[str, list[int]] = {EXTENDS: list(extends)} if extends is not None else {}
     return Span.from_attributes(
         attributes={
+            **extra,
+            CHOICE: choice,
+            N_CHOICES: n_choices,
             PROMPT_IDS: list(prompt),
             RESPONSE_IDS: list(sampled),
             LOGPROBS: list(logprobs),

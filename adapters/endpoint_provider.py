@@ -66,27 +66,51 @@ MAX_STOP_STRINGS = 4
 """OpenAI's limit on ``stop`` entries in one request."""
 
 
+class BadParam(ValueError):
+    """A request parameter the endpoint cannot serve; ``param`` names it (OpenAI's error ``param``)."""
+
+    def __init__(self, param: str | None, message: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
 def _int_param(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an integer, got {type(value).__name__}")
+        raise BadParam(name, f"{name} must be an integer, got {type(value).__name__}")
     return value
 
 
 def _float_param(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{name} must be a number, got {type(value).__name__}")
+        raise BadParam(name, f"{name} must be a number, got {type(value).__name__}")
     return float(value)
 
 
-def _stop_strings(value: object) -> tuple[str, ...]:
+def _checked(name: str, check: Callable[[Any], object], value: object) -> None:
+    try:
+        check(value)
+    except ValueError as error:
+        raise BadParam(name, str(error)) from error
+
+
+def stop_strings(value: object) -> tuple[str, ...]:
+    """The request's ``stop`` entries (OpenAI: a string or up to four strings)."""
     if value is None:
         return ()
+    if not isinstance(value, str | list | tuple):
+        raise BadParam("stop", f"stop must be a string or a list of at most {MAX_STOP_STRINGS} strings")
     entries: list[object] = [value] if isinstance(value, str) else list(cast(Sequence[object], value))
-    if not isinstance(value, str | list | tuple) or len(entries) > MAX_STOP_STRINGS:
-        raise ValueError(f"stop must be a string or a list of at most {MAX_STOP_STRINGS} strings")
+    if len(entries) > MAX_STOP_STRINGS:
+        raise BadParam("stop", f"stop must be a string or a list of at most {MAX_STOP_STRINGS} strings")
     if not all(isinstance(s, str) and s for s in entries):
-        raise ValueError("stop entries must be non-empty strings")
+        raise BadParam("stop", "stop entries must be non-empty strings")
     return tuple(cast(list[str], entries))
+
+
+def cut_at_stop(text: str, stops: Sequence[str]) -> str:
+    """``text`` up to the first request stop string, which OpenAI leaves out of the returned content."""
+    cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=len(text))
+    return text[:cut]
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +128,7 @@ def sampling_request(
 ) -> SamplingRequest:
     """Request parameters, checked against ``defaults``' bounds, merged with the renderer's stops.
 
-    Raises ``ValueError`` naming the offending parameter; the provider turns it into HTTP 400.
+    Raises ``BadParam`` naming the offending parameter; the provider turns it into HTTP 400.
     """
     max_tokens = defaults.max_tokens
     for key in ("max_completion_tokens", "max_tokens"):
@@ -112,19 +136,19 @@ def sampling_request(
             max_tokens = _int_param(key, optional_params[key])
             break
     if not 1 <= max_tokens <= defaults.max_tokens_limit:
-        raise ValueError(f"max_tokens {max_tokens} must lie in [1, {defaults.max_tokens_limit}]")
+        raise BadParam("max_tokens", f"max_tokens {max_tokens} must lie in [1, {defaults.max_tokens_limit}]")
     temperature = defaults.temperature
     if optional_params.get("temperature") is not None:
         temperature = _float_param("temperature", optional_params["temperature"])
-        check_temperature(temperature)
+        _checked("temperature", check_temperature, temperature)
     top_p = defaults.top_p
     if optional_params.get("top_p") is not None:
         top_p = _float_param("top_p", optional_params["top_p"])
-        check_top_p(top_p)
+        _checked("top_p", check_top_p, top_p)
     top_k = defaults.top_k
     if optional_params.get("top_k") is not None:
         top_k = _int_param("top_k", optional_params["top_k"])
-        check_top_k(top_k)
+        _checked("top_k", check_top_k, top_k)
     seed = defaults.seed
     if optional_params.get("seed") is not None:
         seed = _int_param("seed", optional_params["seed"])
@@ -132,8 +156,8 @@ def sampling_request(
     if optional_params.get("n") is not None:
         num_samples = _int_param("n", optional_params["n"])
         if not 1 <= num_samples <= defaults.max_samples:
-            raise ValueError(f"n {num_samples} must lie in [1, {defaults.max_samples}]")
-    request_stops = _stop_strings(optional_params.get("stop"))
+            raise BadParam("n", f"n {num_samples} must lie in [1, {defaults.max_samples}]")
+    request_stops = stop_strings(optional_params.get("stop"))
     stop_token_ids = tuple(s for s in renderer_stops if isinstance(s, int))
     renderer_stop_strings = tuple(s for s in renderer_stops if isinstance(s, str))
     return SamplingRequest(
@@ -156,11 +180,20 @@ CHAT_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 def check_messages(messages: object) -> None:
     """Refuse what no renderer can turn into a prompt, naming the problem (the provider answers 400)."""
     if not isinstance(messages, Sequence) or isinstance(messages, str) or not messages:
-        raise ValueError("messages must be a non-empty list of chat messages")
+        raise BadParam("messages", "messages must be a non-empty list of chat messages")
     for index, message in enumerate(messages):
         role = message.get("role") if isinstance(message, Mapping) else None
         if role not in CHAT_ROLES:
-            raise ValueError(f"messages[{index}] has role {role!r}; expected one of {sorted(CHAT_ROLES)}")
+            raise BadParam(
+                f"messages[{index}].role", f"messages[{index}] has role {role!r}; expected one of {sorted(CHAT_ROLES)}"
+            )
+        content = cast(Mapping[str, object], message).get("content")
+        if isinstance(content, list):
+            for j, part in enumerate(content):
+                kind = part.get("type") if isinstance(part, Mapping) else None
+                if kind != "text":
+                    where = f"messages[{index}].content[{j}].type"
+                    raise BadParam(where, f"{where} {kind!r} is not served: the policy reads text parts only")
 
 
 def prompt_tokens(renderer: renderers.Renderer, messages: Sequence[Mapping[str, object]], tools: object) -> list[int]:
@@ -188,10 +221,10 @@ def _token_logprobs(renderer: renderers.Renderer, sequence: SampledSequence) -> 
     )
 
 
-def _choice(renderer: renderers.Renderer, index: int, sequence: SampledSequence) -> Choices:
+def _choice(renderer: renderers.Renderer, index: int, sequence: SampledSequence, stops: Sequence[str]) -> Choices:
     parsed, _termination = renderer.parse_response(list(sequence.tokens))
     content = parsed.get("content", "")
-    text = content if isinstance(content, str) else renderers.format_content_as_string(content)
+    text = cut_at_stop(content if isinstance(content, str) else renderers.format_content_as_string(content), stops)
     tool_calls = [
         ChatCompletionMessageToolCall(
             id=call.id or f"call_{uuid.uuid4().hex[:12]}",
@@ -219,14 +252,19 @@ def model_response(
     prompt_token_ids: Sequence[int],
     sequences: Sequence[SampledSequence],
     fingerprint: str,
+    stops: Sequence[str] = (),
 ) -> ModelResponse:
-    """The LiteLLM response carrying the exact tokens and logprobs the sampler produced."""
+    """The LiteLLM response carrying the exact tokens and logprobs the sampler produced.
+
+    ``stops``: the request's stop strings, cut from each choice's content as OpenAI does; the
+    choice's ``token_ids`` and ``logprobs`` stay the sampled ones (what is trained on).
+    """
     completion_tokens = sum(len(s.tokens) for s in sequences)
     return ModelResponse(
         id=f"chatcmpl-policy-{uuid.uuid4().hex}",
         model=model,
         system_fingerprint=fingerprint,
-        choices=[_choice(renderer, i, s) for i, s in enumerate(sequences)],
+        choices=[_choice(renderer, i, s, stops) for i, s in enumerate(sequences)],
         usage=Usage(
             prompt_tokens=len(prompt_token_ids),
             completion_tokens=completion_tokens,
@@ -250,7 +288,11 @@ class CompletionError(Exception):
 
 
 class BadCompletionRequest(CompletionError):
-    """Messages or parameters no renderer or sampler can serve; the message names the reason."""
+    """Messages or parameters no renderer or sampler can serve; the message names the reason, ``param`` the field."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 class NoPolicy(CompletionError):
@@ -421,10 +463,12 @@ class PolicyProvider(CustomLLM):
             request = sampling_request(params, snapshot.defaults, self._renderer_stops)
             tools = params.get("tools")
             normal_G = tuple(normal_message(m) for m in messages_G)
-            tokens_P, prefix = self._prompt(call, messages_G, normal_G, tools)
+            tokens_P, prefix, extends = self._prompt(call, messages_G, normal_G, tools)
             limit = snapshot.defaults.max_prompt_tokens
             if limit is not None and len(tokens_P) > limit:
-                raise ValueError(f"the prompt has {len(tokens_P)} tokens; this policy serves at most {limit}")
+                raise BadParam("messages", f"the prompt has {len(tokens_P)} tokens; this policy serves at most {limit}")
+        except BadParam as error:
+            raise BadCompletionRequest(str(error), error.param) from error
         except (ValueError, KeyError, TypeError) as error:
             raise BadCompletionRequest(str(error)) from error
         sampler = snapshot.sampler
@@ -442,35 +486,42 @@ class PolicyProvider(CustomLLM):
             self._note_failure(error)
             raise PolicyFailed(f"the policy backend failed: {error}") from error
         self._last_failure = None
-        response = model_response(self._renderer, model, tokens_P, sequences, f"policy-v{snapshot.version}")
+        stops = stop_strings(params.get("stop"))
+        response = model_response(self._renderer, model, tokens_P, sequences, f"policy-v{snapshot.version}", stops)
         if call is None:
             self._count("capture/unattributed")
             return response
-        first = sequences[0]
-        reply = response.choices[0]
-        self._served.add(
-            call,
-            ServedTurn(
-                messages=normal_G,
-                tools=tools_key(tools),
-                prompt=tuple(tokens_P),
-                sampled=tuple(first.tokens),
-                reply=normal_message(cast(Mapping[str, object], reply.message.model_dump())),
-            ),
-        )
         self._count(f"prefix/{prefix}")
-        span = completion_span(
-            call,
-            model=model,
-            prompt=tokens_P,
-            sampled=first.tokens,
-            logprobs=first.logprobs,
-            finish_reason=str(reply.finish_reason),
-            policy_version=snapshot.version,
-            prefix=prefix,
-            start_time=started,
-        )
-        await self._record(span)
+        for index, (sequence, reply) in enumerate(zip(sequences, response.choices, strict=True)):
+            # Every choice is served and recorded; which one the agent kept shows when a later turn
+            # continues it (``domain.multiturn.kept_choices``), and only that one is trained.
+            self._served.add(
+                call,
+                ServedTurn(
+                    messages=normal_G,
+                    tools=tools_key(tools),
+                    prompt=tuple(tokens_P),
+                    sampled=tuple(sequence.tokens),
+                    reply=normal_message(cast(Mapping[str, object], reply.message.model_dump())),
+                    sequence_id=call.sequence_id,
+                    choice=index,
+                ),
+            )
+            span = completion_span(
+                call,
+                model=model,
+                prompt=tokens_P,
+                sampled=sequence.tokens,
+                logprobs=sequence.logprobs,
+                finish_reason=str(reply.finish_reason),
+                policy_version=snapshot.version,
+                prefix=prefix,
+                start_time=started,
+                choice=index,
+                n_choices=len(sequences),
+                extends=extends,
+            )
+            await self._record(span)
         return response
 
     def _rendered(self, messages: Sequence[Mapping[str, object]], tools: object) -> list[int]:
@@ -498,23 +549,26 @@ class PolicyProvider(CustomLLM):
         messages: Sequence[Mapping[str, object]],
         normal_G: tuple[NormalMessage, ...],
         tools: object,
-    ) -> tuple[list[int], str]:
-        """The prompt tokens: extending the rollout's served turn token for token when the history allows."""
+    ) -> tuple[list[int], str, tuple[int, int] | None]:
+        """The prompt tokens: extending the rollout's served turn token for token when the history allows.
+
+        Also how it was built, and the ``(sequence_id, choice)`` of the served choice it extends.
+        """
         full = self._rendered(messages, tools)
         if call is None:
-            return full, "unattributed"
+            return full, "unattributed", None
         match match_served_turn(normal_G, tools_key(tools), self._served.of(call)):
             case Success(None):
-                return full, "first_turn"
+                return full, "first_turn", None
             case Success(TurnMatch() as found):
                 prefix = self._rendered(messages[: found.n_prefix_messages], tools)
                 match splice_prompt(found.turn, prefix, full, self._end_of_turn):
                     case Success(spliced):
-                        return list(spliced), "extended"
+                        return list(spliced), "extended", (found.turn.sequence_id, found.turn.choice)
                     case Failure(reason):
-                        return full, f"broken/{reason.value}"
+                        return full, f"broken/{reason.value}", None
             case Failure(reason):
-                return full, f"broken/{reason.value}"
+                return full, f"broken/{reason.value}", None
         raise AssertionError("unreachable")
 
     async def _on_owner_loop(self, make: Callable[[], Coroutine[object, object, T]]) -> T:

@@ -7,7 +7,13 @@ that owns the samplers, so a request never crosses a thread or a second loop. Ro
   ``/rollout/{rollout_id}/attempt/{attempt_id}`` (the ``ProxyLLM.get_base_url`` form): a request
   there gets the attempt's next span sequence id from the store and is recorded as that rollout's
   completion, as Agent-lightning's ``LLMProxy`` middleware does;
-- ``GET /v1/models``, ``/models`` and ``/health/liveliness``.
+- ``POST /v1/responses`` and ``/responses`` (OpenAI's Responses API), under the same prefixes:
+  translated to the chat path (``adapters.endpoint_responses``), so recorded and continued alike;
+- ``GET /v1/models`` and ``/models`` under the same prefixes, and ``/health/liveliness``.
+
+Every request field is honoured or refused with a 400 naming it (``adapters.endpoint_fields``);
+any other route answers 404 naming the route and what is served. ``RequestFailures`` counts the
+errors answered, so a run that trains nothing can say what its agents were refused.
 
 Replies are the provider's ``ModelResponse`` as JSON (``prompt_token_ids``,
 ``choices[i].token_ids``, ``logprobs``); ``stream: true`` gets the same completion as
@@ -25,25 +31,40 @@ import hmac
 import json
 import logging
 import os
+import re
 import socket
+import threading
 import time
+import uuid
+from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any, cast
 
 import uvicorn
 from agentlightning import LightningStore
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from adapters.endpoint_capture import RolloutCall
-from adapters.endpoint_provider import BadCompletionRequest, NoPolicy, PolicyFailed, PolicyProvider, SamplingTimeout
+from adapters.endpoint_fields import CHAT_FIELDS, RESPONSES_FIELDS, check_fields
+from adapters.endpoint_provider import (
+    BadCompletionRequest,
+    BadParam,
+    CompletionError,
+    NoPolicy,
+    PolicyProvider,
+    SamplingTimeout,
+)
+from adapters.endpoint_responses import ResponseLog, chat_request, reply_message, response_events, response_object
 
 logger = logging.getLogger(__name__)
 
 ROLLOUT_PREFIX = "/rollout/{rollout_id}/attempt/{attempt_id}"
+ROLLOUT_PATH = re.compile(r"^/rollout/[^/]+/attempt/[^/]+")
 
 _required_key_env: list[str] = []
 """The environment variable holding the key the running LiteLLM endpoint requires (empty: none)."""
@@ -57,11 +78,55 @@ class ServerStartError(RuntimeError):
     """The server could not bind or start; the message names the address."""
 
 
-def error_response(status: int, message: str, kind: str) -> JSONResponse:
+def error_response(status: int, message: str, kind: str, param: str | None = None) -> JSONResponse:
     """OpenAI's error JSON."""
     return JSONResponse(
-        {"error": {"message": message, "type": kind, "param": None, "code": str(status)}}, status_code=status
+        {"error": {"message": message, "type": kind, "param": param, "code": str(status)}}, status_code=status
     )
+
+
+SERVED = (
+    "POST /chat/completions, POST /responses and GET /models, under /v1, the root and each rollout's base URL "
+    "(/rollout/<rollout_id>/attempt/<attempt_id>[/v1]), and GET /health/liveliness"
+)
+"""What the endpoint serves, as its 404 says."""
+
+
+class RequestFailures:
+    """The errors the endpoint answered, by kind (e.g. ``404 on POST .../v1/responses``).
+
+    ``most_common`` looks at the latest ``window`` failures, so what a run ends with names what its
+    agents were refused lately; ``take_counts`` counts failures by status since its last call.
+    """
+
+    def __init__(self, window: int = 1024) -> None:
+        self._recent: deque[str] = deque(maxlen=window)
+        self._examples: dict[str, str] = {}
+        self._statuses: Counter[int] = Counter()
+        self._lock = threading.Lock()
+
+    def note(self, method: str, path: str, status: int, message: str) -> None:
+        key = f"{status} on {method} {ROLLOUT_PATH.sub('...', path)}"
+        with self._lock:
+            self._recent.append(key)
+            self._examples[key] = message
+            self._statuses[status] += 1
+
+    def most_common(self) -> str | None:
+        """The most frequent recent failure with its count and latest message; None when there was none."""
+        with self._lock:
+            if not self._recent:
+                return None
+            (key, count), total = Counter(self._recent).most_common(1)[0], len(self._recent)
+            example = self._examples[key]
+        times = "once" if count == 1 else f"{count} times"
+        return f"the endpoint answered {key} {times} of {total} failed requests: {example}"
+
+    def take_counts(self) -> dict[str, int]:
+        """Failures answered since the last call, by HTTP status (``failed/404``: 3)."""
+        with self._lock:
+            counts, self._statuses = self._statuses, Counter()
+        return {f"failed/{status}": n for status, n in sorted(counts.items())}
 
 
 class MasterKeyAuth:
@@ -88,6 +153,24 @@ class MasterKeyAuth:
                 response = error_response(401, "missing or wrong API key", "authentication_error")
                 await response(scope, receive, send)
                 return
+        await self.app(scope, receive, send)
+
+
+class RefuseResponses:
+    """On the LiteLLM server variant: answers ``/responses`` with a 400 that points to the lean server.
+
+    LiteLLM's own Responses bridge would not go through the provider's token-for-token path nor its
+    records, so the request is refused by name rather than served untracked.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and str(scope["path"]).rstrip("/").endswith("/responses"):
+            message = "the Responses API is served by the lean endpoint server only (endpoint_server=lean)"
+            await error_response(400, message, "invalid_request_error")(scope, receive, send)
+            return
         await self.app(scope, receive, send)
 
 
@@ -141,36 +224,65 @@ def stream_chunks(response: Mapping[str, Any], include_usage: bool) -> Iterator[
     yield "data: [DONE]\n\n"
 
 
-def build_app(provider: PolicyProvider, store: LightningStore | None, model_name: str) -> Starlette:
-    """The Starlette app over ``provider``; ``store`` allocates the span sequence ids of rollout calls."""
+def _failure(error: CompletionError) -> JSONResponse:
+    if isinstance(error, BadCompletionRequest):
+        return error_response(400, str(error), "invalid_request_error", error.param)
+    if isinstance(error, NoPolicy):
+        return error_response(503, str(error), "service_unavailable")
+    if isinstance(error, SamplingTimeout):
+        return error_response(504, str(error), "timeout")
+    return error_response(502, str(error), "policy_backend_error")
+
+
+def build_app(
+    provider: PolicyProvider,
+    store: LightningStore | None,
+    model_name: str,
+    failures: RequestFailures | None = None,
+) -> Starlette:
+    """The Starlette app over ``provider``; ``store`` allocates the span sequence ids of rollout calls.
+
+    ``failures`` counts every error answered (by status, method and route).
+    """
+    failures = failures if failures is not None else RequestFailures()
+    responses_log = ResponseLog()
+
+    def failed(request: Request, response: JSONResponse) -> JSONResponse:
+        error = cast(dict[str, dict[str, str]], json.loads(bytes(response.body)))["error"]
+        failures.note(request.method, request.url.path, response.status_code, error["message"])
+        return response
+
+    async def read_body(request: Request) -> dict[str, object]:
+        try:
+            body = json.loads(await request.body())
+        except ValueError as error:
+            raise BadParam(None, "the request body is not valid JSON") from error
+        if not isinstance(body, dict):
+            raise BadParam(None, "the request body must be a JSON object")
+        return cast(dict[str, object], body)
+
+    async def rollout_of(request: Request) -> RolloutCall | None:
+        path_params = request.path_params
+        if not path_params or store is None:
+            return None
+        rollout_id, attempt_id = str(path_params["rollout_id"]), str(path_params["attempt_id"])
+        sequence_id = await store.get_next_span_sequence_id(rollout_id, attempt_id)
+        return RolloutCall(rollout_id=rollout_id, attempt_id=attempt_id, sequence_id=sequence_id)
+
+    def model_of(params: Mapping[str, object]) -> str:
+        model = params.get("model")
+        return model if isinstance(model, str) and model else model_name
 
     async def chat_completions(request: Request) -> Response:
         try:
-            body = json.loads(await request.body())
-        except ValueError:
-            return error_response(400, "the request body is not valid JSON", "invalid_request_error")
-        if not isinstance(body, dict):
-            return error_response(400, "the request body must be a JSON object", "invalid_request_error")
-        params = cast(dict[str, object], body)
-        call: RolloutCall | None = None
-        path_params = request.path_params
-        if path_params and store is not None:
-            rollout_id, attempt_id = str(path_params["rollout_id"]), str(path_params["attempt_id"])
-            sequence_id = await store.get_next_span_sequence_id(rollout_id, attempt_id)
-            call = RolloutCall(rollout_id=rollout_id, attempt_id=attempt_id, sequence_id=sequence_id)
-        model = params.get("model")
-        try:
-            response = await provider.complete(
-                model if isinstance(model, str) and model else model_name, params.get("messages"), params, call
-            )
-        except BadCompletionRequest as error:
-            return error_response(400, str(error), "invalid_request_error")
-        except NoPolicy as error:
-            return error_response(503, str(error), "service_unavailable")
-        except SamplingTimeout as error:
-            return error_response(504, str(error), "timeout")
-        except PolicyFailed as error:
-            return error_response(502, str(error), "policy_backend_error")
+            params = await read_body(request)
+            check_fields(params, CHAT_FIELDS)
+            call = await rollout_of(request)
+            response = await provider.complete(model_of(params), params.get("messages"), params, call)
+        except BadParam as error:
+            return failed(request, error_response(400, str(error), "invalid_request_error", error.param))
+        except CompletionError as error:
+            return failed(request, _failure(error))
         if params.get("stream") is True:
             options = params.get("stream_options")
             include_usage = isinstance(options, dict) and options.get("include_usage") is True
@@ -181,6 +293,31 @@ def build_app(provider: PolicyProvider, store: LightningStore | None, model_name
             )
         return Response(response.model_dump_json(exclude_none=True), media_type="application/json")
 
+    async def responses(request: Request) -> Response:
+        path_params = request.path_params
+        scope = (str(path_params["rollout_id"]), str(path_params["attempt_id"])) if path_params else None
+        try:
+            body = await read_body(request)
+            check_fields(body, RESPONSES_FIELDS)
+            previous_id = body.get("previous_response_id")
+            previous = responses_log.conversation(previous_id, scope) if previous_id is not None else None
+            chat = chat_request(body, previous)
+            call = await rollout_of(request)
+            served = await provider.complete(model_of(body), chat.messages, chat.params, call)
+        except BadParam as error:
+            return failed(request, error_response(400, str(error), "invalid_request_error", error.param))
+        except CompletionError as error:
+            return failed(request, _failure(error))
+        completion = cast(Callable[[], dict[str, Any]], served.model_dump)()
+        reply = response_object(completion, body, f"resp_{uuid.uuid4().hex}")
+        if body.get("store") is not False:
+            responses_log.add(reply["id"], scope, [*chat.history, reply_message(completion)])
+        if body.get("stream") is True:
+            return StreamingResponse(
+                _iterate(response_events(reply)), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+            )
+        return JSONResponse(reply)
+
     async def models(_: Request) -> Response:
         return JSONResponse(
             {"object": "list", "data": [{"id": model_name, "object": "model", "created": 0, "owned_by": "agl-tinker"}]}
@@ -189,14 +326,20 @@ def build_app(provider: PolicyProvider, store: LightningStore | None, model_name
     async def liveliness(_: Request) -> Response:
         return JSONResponse("I'm alive!")
 
-    routes = [
-        Route(f"{prefix}{version}/chat/completions", chat_completions, methods=["POST"])
-        for prefix in ("", ROLLOUT_PREFIX)
-        for version in ("/v1", "")
-    ]
-    routes += [Route(path, models, methods=["GET"]) for path in ("/v1/models", "/models")]
+    async def not_served(request: Request, error: Exception) -> Response:
+        status = error.status_code if isinstance(error, HTTPException) else 404
+        route = f"{request.method} {request.url.path}"
+        if status == 405:
+            message = f"{route}: method not allowed; the endpoint serves {SERVED}"
+            return failed(request, error_response(405, message, "invalid_request_error"))
+        return failed(request, error_response(404, f"{route} is not served; the endpoint serves {SERVED}", "not_found"))
+
+    prefixes = [f"{prefix}{version}" for prefix in ("", ROLLOUT_PREFIX) for version in ("/v1", "")]
+    routes = [Route(f"{p}/chat/completions", chat_completions, methods=["POST"]) for p in prefixes]
+    routes += [Route(f"{p}/responses", responses, methods=["POST"]) for p in prefixes]
+    routes += [Route(f"{p}/models", models, methods=["GET"]) for p in prefixes]
     routes.append(Route("/health/liveliness", liveliness, methods=["GET"]))
-    return Starlette(routes=routes)
+    return Starlette(routes=routes, exception_handlers={404: not_served, 405: not_served})
 
 
 async def _iterate(chunks: Iterator[str]) -> AsyncIterator[str]:

@@ -55,6 +55,10 @@ class ServedTurn:
     prompt: tuple[int, ...]
     sampled: tuple[int, ...]
     reply: NormalMessage
+    sequence_id: int = 0
+    """The request's place in the attempt's span order (its record's ``sequence_id``)."""
+    choice: int = 0
+    """Which of the request's ``n`` choices this is."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,3 +107,71 @@ def splice_prompt(
     ended = bool(turn.sampled) and turn.sampled[-1] in end_of_turn_ids
     closing = () if ended else (rest[end],)
     return Success((*turn.prompt, *turn.sampled, *closing, *rest[end + 1 :]))
+
+
+@dataclass(frozen=True, slots=True)
+class ServedChoice:
+    """One recorded choice of one served request, and the served choice its prompt continues, if any."""
+
+    sequence_id: int
+    choice: int
+    n_choices: int
+    extends: tuple[int, int] | None = None
+    """``(sequence_id, choice)`` of the served choice this request's prompt extends token for token."""
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.sequence_id, self.choice)
+
+
+@dataclass(frozen=True, slots=True)
+class KeptChoices:
+    """Which served choices are trained, in branch order, and what was left out."""
+
+    trained: tuple[ServedChoice, ...]
+    """Every kept choice, each branch's continuations right after it (depth first, in request order)."""
+    ambiguous_calls: int = 0
+    """Requests with ``n > 1`` that no later request continued: the kept choice is unknown, none is trained."""
+    unkept_choices: int = 0
+    """Choices of ``n > 1`` requests the agent did not continue while it continued another."""
+
+
+def kept_choices(served: Sequence[ServedChoice]) -> KeptChoices:
+    """Train only what the agent kept, and keep each branch together.
+
+    A request with one choice is kept. Of a request with ``n > 1`` choices, the agent kept the ones a
+    later request continues token for token; when none is continued (the last turn, or a history the
+    agent rewrote) the kept choice cannot be known, so none of them is trained (``ambiguous_calls``).
+
+    The order is depth first: each kept choice, then the requests that continue it (in request
+    order), so parallel branches of one rollout come out as separate chains whatever order they were
+    served in, and a continuation always follows the branch it extends.
+    """
+    continued = {c.extends for c in served if c.extends is not None}
+    kept: list[ServedChoice] = []
+    ambiguous_calls = unkept = 0
+    by_call: dict[int, list[ServedChoice]] = {}
+    for choice in served:
+        by_call.setdefault(choice.sequence_id, []).append(choice)
+    for _sequence_id, choices in sorted(by_call.items()):
+        if len(choices) == 1 and choices[0].n_choices == 1:
+            kept.append(choices[0])
+            continue
+        chosen = [c for c in choices if c.key in continued]
+        if chosen:
+            unkept += len(choices) - len(chosen)
+        else:
+            ambiguous_calls += 1
+        kept.extend(chosen)
+    keys = {c.key for c in kept}
+    children: dict[tuple[int, int] | None, list[ServedChoice]] = {}
+    for choice in sorted(kept, key=lambda c: c.key):
+        parent = choice.extends if choice.extends in keys else None
+        children.setdefault(parent, []).append(choice)
+    ordered: list[ServedChoice] = []
+    stack = list(reversed(children.get(None, [])))
+    while stack:
+        choice = stack.pop()
+        ordered.append(choice)
+        stack.extend(reversed(children.get(choice.key, [])))
+    return KeptChoices(trained=tuple(ordered), ambiguous_calls=ambiguous_calls, unkept_choices=unkept)
