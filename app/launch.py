@@ -7,7 +7,7 @@ tears them down in reverse order; ``train`` runs the loop on them. One-click mod
 distributed mode attaches to an ``agl store`` URL where runners from other machines take rollouts
 (with ``n_runners=0`` they are watched through the worker records they keep in the store).
 ``open_run_on_store`` builds the same parts on a store someone else serves and feeds runners to
-(``agl.Trainer`` for ``app.agl_algorithm``); ``open_run`` wraps it with its own store and runners.
+(``agl.Trainer`` for ``app.faces.agl_algorithm``); ``open_run`` wraps it with its own store and runners.
 """
 
 from __future__ import annotations
@@ -42,10 +42,10 @@ from adapters.endpoint_triplets import EndpointTraceToTriplet
 from adapters.run_log import CookbookMetricsLog, JsonlCheckpointLog
 from adapters.store_auth import STORE_TOKEN_ENV, TokenStoreClient, protect, store_token
 from adapters.store_workers import StoreWorkers
-from app import demo_task
 from app.config import DEMO, TrainConfig
-from app.rollouts import RolloutOptions
-from app.training import (
+from app.demo import task as demo_task
+from app.usecases.rollouts import RolloutOptions
+from app.usecases.training import (
     AsyncSettings,
     TrainingHooks,
     TrainingParts,
@@ -408,7 +408,7 @@ async def open_run_on_store(
 ) -> AsyncIterator[Run]:
     """A run's backend, endpoint and logger on a store that others serve and feed runners to.
 
-    Starts no store server and no runner (``agl.Trainer`` does both for ``app.agl_algorithm``);
+    Starts no store server and no runner (``agl.Trainer`` does both for ``app.faces.agl_algorithm``);
     the tasks are used exactly as given, the test tasks rolled out once each. ``client_adapter``
     reads the agent's spans when ``trajectory_source`` is ``client``; ``runners``, the runner processes the
     caller supervises (``None``: runners elsewhere, watched through the worker records they keep in the store).

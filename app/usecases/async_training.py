@@ -34,8 +34,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Generic
 
-from app.group_rollouts import GroupedBatch, GroupRolloutOptions, rollout_groups
-from app.training import (
+from app.usecases.group_rollouts import GroupedBatch, GroupRolloutOptions, rollout_groups
+from app.usecases.training import (
     AsyncSettings,
     EmptyStreak,
     TrainingHooks,

@@ -22,9 +22,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic
 
-from app.evaluation import all_task_groups, evaluate_policy
-from app.group_rollouts import GroupRolloutOptions, rollout_groups
-from app.rollouts import RolloutOptions, RolloutStats
+from app.usecases.evaluation import all_task_groups, evaluate_policy
+from app.usecases.group_rollouts import GroupRolloutOptions, rollout_groups
+from app.usecases.rollouts import RolloutOptions, RolloutStats
 from domain.accounting import BatchAccount
 from domain.groups import RolloutResult
 from domain.metric_names import TEST_PREFIX, TRAIN_REWARD
@@ -333,10 +333,10 @@ async def run_training(
 ) -> TrainingSummary:
     """Train from the last checkpoint (or from scratch, after the warm start) to the end of the dataset.
 
-    With ``settings.asynchronous`` set, rollouts keep running while the trainer steps (``app.async_training``).
+    With ``settings.asynchronous`` set, rollouts keep running while the trainer steps (``app.usecases.async_training``).
     """
     if parts.settings.asynchronous is not None:
-        from app.async_training import run_async_training  # it builds on this module
+        from app.usecases.async_training import run_async_training  # it builds on this module
 
         return await run_async_training(parts, hooks)
     settings = parts.settings
