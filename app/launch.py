@@ -45,15 +45,15 @@ from adapters.store_workers import StoreWorkers
 from app.config import DEMO, TrainConfig
 from app.demo import task as demo_task
 from app.usecases.rollouts import RolloutOptions
-from app.usecases.training import (
+from app.usecases.steps import (
     AsyncSettings,
     TrainingHooks,
     TrainingParts,
     TrainingSettings,
     TrainingSummary,
     WarmStartSettings,
-    run_training,
 )
+from app.usecases.training import run_training
 from domain.batching import split_train_val
 from domain.sampling import SamplingDefaults
 from domain.staleness import StalenessPolicy

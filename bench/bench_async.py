@@ -68,7 +68,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from app.config import load_config
 from app.demo.task import digit_tasks, format_warm_start
 from app.launch import train
-from app.usecases.training import REWARD_KEY
+from app.usecases.steps import REWARD_KEY
 from bench.async_agents import task_latency_s
 from domain.metric_names import TEST_REWARD
 

@@ -39,7 +39,7 @@ from adapters.local import LocalSampler, LocalTrainer
 from app.config import TrainConfig, load_config
 from app.demo.task import DigitTask, digit_reward, user_message
 from app.launch import build_datasets, local_model_dir, train, training_settings, warm_start_chats
-from app.usecases.training import train_step, warm_start
+from app.usecases.steps import train_step, warm_start
 from ports.policy import SamplingParams
 
 

@@ -23,7 +23,8 @@ from agentlightning import Algorithm, Dataset, FastAlgorithm, TraceToTripletBase
 from app.config import TrainConfig
 from app.launch import Run, open_run_on_store
 from app.usecases.evaluation import all_task_groups, evaluate_task_groups
-from app.usecases.training import TrainingHooks, TrainingSummary, evaluate, run_training
+from app.usecases.steps import TrainingHooks, TrainingSummary, evaluate
+from app.usecases.training import run_training
 
 __all__ = ["Tinker", "TinkerAlgorithm", "TinkerDryRun", "tasks_of"]
 

@@ -41,7 +41,7 @@ from adapters.endpoint import EndpointConfig, PolicyEndpoint
 from adapters.endpoint_provider import PolicyProvider
 from app.config import DEMO, TrainConfig, load_config
 from app.launch import LaunchError, train
-from app.usecases.training import TrainingSummary
+from app.usecases.steps import TrainingSummary
 from ports.policy import Sampler
 
 __all__ = ["Config", "TinkerLLM", "create_llm_proxy", "main"]

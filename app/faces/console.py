@@ -24,7 +24,7 @@ from app.config import TrainConfig
 from app.faces.report import write_report
 from app.launch import LaunchError, open_run, store_launcher_args, train
 from app.usecases.rollouts import NoRunners
-from app.usecases.training import REWARD_KEY, NothingToTrain, TrainingHooks, evaluate
+from app.usecases.steps import REWARD_KEY, NothingToTrain, TrainingHooks, evaluate
 from domain.groups import RolloutResult
 from ports.rollout_store import StoreUnavailable
 

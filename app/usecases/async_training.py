@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from typing import Generic
 
 from app.usecases.group_rollouts import GroupedBatch, GroupRolloutOptions, rollout_groups
-from app.usecases.training import (
+from app.usecases.steps import (
     AsyncSettings,
     EmptyStreak,
     TrainingHooks,

@@ -10,322 +10,36 @@ trainable rollout end the run with ``NothingToTrain`` instead of a run that sile
 nothing; so does a run none of whose batches had one. The loop resumes at the batch after the
 last checkpoint, so a crash repeats no finished batch and skips none.
 
-It runs on the ports only (``TrainingParts``); ``app.launch`` binds them to Agent-lightning,
-tinker-cookbook and a policy backend.
+It runs on the ports only (``TrainingParts``), with the steps it shares with the asynchronous loop
+(``app.usecases.steps``); ``app.launch`` binds the ports to Agent-lightning, tinker-cookbook and a
+policy backend.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Generic
 
-from app.usecases.evaluation import all_task_groups, evaluate_policy
+from app.usecases.async_training import run_async_training
 from app.usecases.group_rollouts import GroupRolloutOptions, rollout_groups
-from app.usecases.rollouts import RolloutOptions, RolloutStats
-from domain.accounting import BatchAccount
-from domain.groups import RolloutResult
-from domain.metric_names import TEST_PREFIX, TRAIN_REWARD
-from domain.staleness import StalenessPolicy
-from domain.stats import mean_per_key
-from ports.policy import AdamParams, LogprobScorer, LossName, Trainer, TrainingDatum
-from ports.policy_endpoint import PolicyServer
-from ports.rollout_store import RolloutStore, SpanT, TripletSource
-from ports.run_log import Checkpoint, CheckpointLog, MetricsLog
-from ports.training_data import KLPenalty, TrainingDataBuilder
-from ports.trajectory_groups import GroupAssembler, GroupT, MemberT, TaskBatches, TaskGroupT
+from app.usecases.rollouts import RolloutStats
+from app.usecases.steps import (
+    EmptyStreak,
+    TrainingHooks,
+    TrainingParts,
+    TrainingSummary,
+    begin_run,
+    evaluate_and_record,
+    finish_run,
+    forward_rollouts,
+    reached,
+    save_checkpoint,
+    train_step,
+)
+from ports.rollout_store import SpanT
+from ports.trajectory_groups import GroupT, MemberT, TaskGroupT
 
 logger = logging.getLogger(__name__)
-
-REWARD_KEY = TRAIN_REWARD
-"""Mean total reward per trajectory in the batch metrics (the test set's is ``test/`` + this)."""
-
-
-@dataclass(frozen=True, slots=True)
-class WarmStartSettings:
-    """Supervised (cross-entropy) steps before RL, cycling through the warm-start datums."""
-
-    steps: int = 0
-    batch_size: int = 32
-    learning_rate: float = 1e-2
-
-
-@dataclass(frozen=True, slots=True)
-class AsyncSettings:
-    """Asynchronous off-policy training: rollouts for the next steps run while the trainer steps."""
-
-    max_steps_off_policy: int = 1
-    """A group sampled more than this many policy versions before its step is stale."""
-    sampling_steps_ahead: int = 1
-    """Admission control: start a dataset batch's rollouts at most this many steps before its own step."""
-    stale: StalenessPolicy = StalenessPolicy.DISCARD
-    """DISCARD (the cookbook's): a stale group is dropped and its task rolled out again; ADMIT: nothing is dropped."""
-    groups_per_batch: int | None = None
-    """Finished groups each step takes (None: the dataset's batch size)."""
-    num_minibatches: int = 1
-    """Stream minibatches: above 1, each substep's groups are forward-backward'ed in this many parts as they arrive."""
-    staleness_lr: bool = True
-    """Divide a step's learning rate by 1 + its groups' mean staleness (``domain.staleness.staleness_scaled_lr``)."""
-
-    def __post_init__(self) -> None:
-        if self.max_steps_off_policy < 0 or self.sampling_steps_ahead < 0:
-            raise ValueError("max_steps_off_policy and sampling_steps_ahead must be >= 0")
-        if self.num_minibatches < 1:
-            raise ValueError(f"num_minibatches must be at least 1, got {self.num_minibatches}")
-        if self.groups_per_batch is not None and self.groups_per_batch < 1:
-            raise ValueError(f"groups_per_batch must be at least 1, got {self.groups_per_batch}")
-
-
-@dataclass(frozen=True, slots=True)
-class TrainingSettings:
-    """The loop's knobs (``app.launch.training_settings`` maps a ``TrainConfig`` onto them)."""
-
-    log_path: str
-    """Named in messages; the files themselves go through the run-log ports."""
-    learning_rate: float
-    loss: LossName = LossName.IMPORTANCE_SAMPLING
-    num_substeps: int = 1
-    kl: KLPenalty = field(default_factory=KLPenalty)
-    remove_constant_reward_groups: bool = False
-    rollouts: RolloutOptions = field(default_factory=RolloutOptions)
-    eval_every: int = 0
-    eval_temperature: float = 0.0
-    save_every: int = 0
-    max_batches: int | None = None
-    target_test_reward: float | None = None
-    warm_start: WarmStartSettings = field(default_factory=WarmStartSettings)
-    max_empty_batches: int = 3
-    """Consecutive batches without a trainable rollout that end the run with an error; 0 never stops."""
-    asynchronous: AsyncSettings | None = None
-    """None: the synchronous on-policy loop."""
-
-
-class NothingToTrain(RuntimeError):
-    """Batches keep coming back without a trainable rollout (the agent fails, times out, or emits nothing)."""
-
-    @classmethod
-    def after(cls, n_empty: int, i_batch: int, account: BatchAccount, cause: str | None = None) -> NothingToTrain:
-        batches = "batch" if n_empty == 1 else "batches"
-        because = f"; {cause}" if cause else ""
-        return cls(
-            f"{n_empty} consecutive {batches} had no trainable rollout (batch {i_batch}: {account.describe()}){because}"
-        )
-
-
-@dataclass(slots=True)
-class EmptyStreak:
-    """Consecutive batches without a trainable rollout, and the last of them (what ``NothingToTrain`` names)."""
-
-    limit: int
-    """``max_empty_batches``: a streak this long ends the run; 0 never does."""
-    n: int = 0
-    last: tuple[int, BatchAccount] | None = None
-
-    def record(self, i_batch: int, account: BatchAccount) -> bool:
-        """Count the batch; whether the streak has reached the limit."""
-        if account.has_trainable:
-            self.n = 0
-        else:
-            self.n, self.last = self.n + 1, (i_batch, account)
-        return 0 < self.limit <= self.n
-
-    def check(self, n_run: int, cause: str | None = None) -> None:
-        """Raise ``NothingToTrain`` when none of the ``n_run`` batches of this run could train."""
-        if self.last is not None and self.n == n_run:
-            raise self.error(cause)
-
-    def error(self, cause: str | None = None) -> NothingToTrain:
-        """The streak's error; ``cause``: what the policy backend last failed with, which outranks the count."""
-        assert self.last is not None, "only a streak of empty batches is an error"
-        return NothingToTrain.after(self.n, *self.last, cause=cause)
-
-
-@dataclass(slots=True)
-class TrainingHooks:
-    """Progress callbacks for a UI (all optional)."""
-
-    on_run_start: Callable[[int, int], None] | None = None
-    """(start_batch, n_batches)"""
-    on_batch_start: Callable[[int, int], None] | None = None
-    """(i_batch, n_rollouts)"""
-    on_rollout: Callable[[RolloutResult], None] | None = None
-    on_batch_end: Callable[[int, dict[str, float]], None] | None = None
-    on_eval: Callable[[int, dict[str, float]], None] | None = None
-    on_log: Callable[[str], None] | None = None
-
-
-@dataclass(slots=True)
-class TrainingSummary:
-    """What a run did: batches trained now, and the test reward at its first and last evaluation."""
-
-    start_batch: int
-    end_batch: int
-    evals: list[tuple[int, float]] = field(default_factory=list)
-    """(batch, test reward) for each evaluation of this run."""
-    final_checkpoint: Checkpoint | None = None
-
-    @property
-    def reward_before(self) -> float | None:
-        return self.evals[0][1] if self.evals else None
-
-    @property
-    def reward_after(self) -> float | None:
-        return self.evals[-1][1] if self.evals else None
-
-
-@dataclass(frozen=True, slots=True)
-class TrainingParts(Generic[TaskGroupT, MemberT, GroupT, SpanT]):
-    """Everything the loop drives, as ports; built by ``app.launch`` (or by a trainer embedding this)."""
-
-    settings: TrainingSettings
-    trainer: Trainer
-    server: PolicyServer
-    store: RolloutStore[SpanT]
-    triplets: TripletSource[SpanT]
-    assembler: GroupAssembler[TaskGroupT, MemberT, GroupT]
-    data: TrainingDataBuilder[GroupT]
-    dataset: TaskBatches[TaskGroupT]
-    test_dataset: TaskBatches[TaskGroupT] | None
-    checkpoints: CheckpointLog
-    metrics: MetricsLog
-    warm_start_data: Sequence[TrainingDatum] = ()
-    """Cross-entropy datums of the supervised warm start (none: no warm start)."""
-
-
-def total_batches(settings: TrainingSettings, n_batches: int) -> int:
-    return min(n_batches, settings.max_batches) if settings.max_batches else n_batches
-
-
-async def save_checkpoint(
-    trainer: Trainer,
-    checkpoints: CheckpointLog,
-    name: str,
-    batch: int,
-    *,
-    final: bool = False,
-    planned: int | None = None,
-    frontier: int | None = None,
-    pending: Sequence[tuple[int, int]] = (),
-) -> Checkpoint:
-    """Save the trainer's state and record it (recorded last, so a crash mid-save is ignored)."""
-    state_path = await trainer.save_state(name)
-    checkpoint = Checkpoint(
-        name, batch, state_path, final=final, planned=planned, frontier=frontier, pending=tuple(pending)
-    )
-    checkpoints.append(checkpoint)
-    return checkpoint
-
-
-async def warm_start(
-    trainer: Trainer,
-    data_D: Sequence[TrainingDatum],
-    settings: WarmStartSettings,
-    log: Callable[[str], None] = logger.info,
-) -> dict[str, float]:
-    """Supervised steps on ``data_D`` (cross-entropy), cycling through them."""
-    if settings.steps == 0 or not data_D:
-        return {}
-    data = list(data_D)
-    losses: list[float] = []
-    for step in range(settings.steps):
-        start = (step * settings.batch_size) % len(data)
-        batch = (data + data)[start : start + min(settings.batch_size, len(data))]
-        output = await trainer.forward_backward(batch, LossName.CROSS_ENTROPY)
-        await trainer.optim_step(AdamParams(learning_rate=settings.learning_rate))
-        losses.append(output.metrics.get("loss:sum", 0.0) / len(batch))
-    log(f"warm start: {settings.steps} supervised steps, loss per example {losses[0]:.3f} -> {losses[-1]:.3f}")
-    return {"warm_start/loss_first": losses[0], "warm_start/loss_last": losses[-1]}
-
-
-async def evaluate(
-    parts: TrainingParts[TaskGroupT, MemberT, GroupT, SpanT], resources_id: str, i_batch: int
-) -> dict[str, float]:
-    """Test-set metrics at the eval temperature, ``test/``-prefixed; empty without a test set."""
-    if parts.test_dataset is None:
-        return {}
-    settings = parts.settings
-    return await evaluate_policy(
-        parts.server,
-        settings.eval_temperature,
-        all_task_groups(parts.test_dataset),
-        resources_id,
-        i_batch,
-        store=parts.store,
-        triplets=parts.triplets,
-        assembler=parts.assembler,
-        rollouts=settings.rollouts,
-        name=TEST_PREFIX.rstrip("/"),
-    )
-
-
-async def train_step(
-    trainer: Trainer,
-    data: TrainingDataBuilder[GroupT],
-    settings: TrainingSettings,
-    groups_P: Sequence[GroupT],
-    reference: LogprobScorer | None = None,
-) -> tuple[list[TrainingDatum], dict[str, float]]:
-    """Datums, then ``num_substeps`` forward-backward + optimizer steps; returns the datums and metrics."""
-    data_D, metrics = await data.rl_data(groups_P, settings.kl, reference)
-    step_metrics: list[dict[str, float]] = []
-    training_logprobs_D: list[tuple[float, ...]] = []
-    for minibatch in data.minibatches(data_D, settings.num_substeps):
-        output = await trainer.forward_backward(minibatch, settings.loss)
-        training_logprobs_D.extend(output.logprobs_D)
-        optim = await trainer.optim_step(AdamParams(learning_rate=settings.learning_rate))
-        step_metrics.append({f"optim/{k}": v for k, v in {**output.metrics, **optim}.items()})
-    metrics.update(mean_per_key(step_metrics))  # per key, over the substeps
-    metrics.update(data.sample_train_kl(data_D, training_logprobs_D))
-    metrics["optim/n_datums"] = float(len(data_D))
-    return data_D, metrics
-
-
-@dataclass(frozen=True, slots=True)
-class RunStart:
-    """Where a run starts: the batch (or step) after the last checkpoint, and what it starts with."""
-
-    start: int
-    n_batches: int
-    reference: LogprobScorer | None
-    resume: Checkpoint | None
-    policy_version: int
-    """The endpoint's version of the weights it serves from the start."""
-
-
-async def begin_run(
-    parts: TrainingParts[TaskGroupT, MemberT, GroupT, SpanT], hooks: TrainingHooks, log: Callable[[str], None]
-) -> RunStart | TrainingSummary:
-    """Resume from the last checkpoint or warm-start, keep the KL reference, serve the weights.
-
-    A run whose last checkpoint is final is complete: its summary comes back instead.
-    """
-    settings = parts.settings
-    n_batches = total_batches(settings, len(parts.dataset))
-    resume = parts.checkpoints.last()
-    if resume is not None and resume.final and resume.planned_batches >= n_batches:
-        log(f"the run in {settings.log_path} is complete (final checkpoint after batch {resume.batch})")
-        return TrainingSummary(start_batch=resume.batch, end_batch=resume.batch, final_checkpoint=resume)
-    reference: LogprobScorer | None = None
-    if resume is not None:
-        await parts.trainer.load_state(resume.state_path)
-        if settings.kl.coef > 0:
-            reference = await _load_reference(parts, log)
-        start = resume.batch
-        parts.metrics.truncate_from(start)  # batches after the checkpoint are redone: log them once
-        log(f"resuming after batch {start} from {resume.state_path}")
-    else:
-        start = 0
-        warm = await warm_start(parts.trainer, parts.warm_start_data, settings.warm_start, log)
-        if warm:
-            parts.metrics.log_metrics(warm, step=0)
-        if settings.kl.coef > 0:
-            reference = await _save_reference(parts)
-    if hooks.on_run_start:
-        hooks.on_run_start(start, n_batches)
-    version = parts.server.set_sampler(await parts.trainer.sampler(f"batch-{start:06d}"))
-    return RunStart(start, n_batches, reference, resume, version)
 
 
 async def run_training(
@@ -336,8 +50,6 @@ async def run_training(
     With ``settings.asynchronous`` set, rollouts keep running while the trainer steps (``app.usecases.async_training``).
     """
     if parts.settings.asynchronous is not None:
-        from app.usecases.async_training import run_async_training  # it builds on this module
-
         return await run_async_training(parts, hooks)
     settings = parts.settings
     hooks = hooks or TrainingHooks()
@@ -421,79 +133,3 @@ async def run_training(
     empty.check(n_batches - start, parts.server.backend_failure())
     await finish_run(parts, summary, start, n_batches, hooks)
     return summary
-
-
-async def finish_run(
-    parts: TrainingParts[TaskGroupT, MemberT, GroupT, SpanT],
-    summary: TrainingSummary,
-    start: int,
-    n_batches: int,
-    hooks: TrainingHooks,
-) -> None:
-    """The final checkpoint, then the final evaluation unless the last batch was just evaluated."""
-    settings = parts.settings
-    if start < n_batches:
-        summary.final_checkpoint = await save_checkpoint(
-            parts.trainer,
-            parts.checkpoints,
-            "final",
-            n_batches,
-            final=True,
-            planned=total_batches(settings, len(parts.dataset)),
-        )
-    already_evaluated = bool(summary.evals) and summary.evals[-1][0] == n_batches
-    if settings.eval_every > 0 and not already_evaluated and (start < n_batches or not summary.evals):
-        resources_id = await parts.store.add_resources({"main_llm": parts.server.as_resource()})
-        final: dict[str, float] = {}
-        await evaluate_and_record(parts, resources_id, n_batches, final, summary, hooks)
-        if final:
-            parts.metrics.log_metrics(final, step=n_batches)
-
-
-async def _save_reference(parts: TrainingParts[TaskGroupT, MemberT, GroupT, SpanT]) -> LogprobScorer:
-    """The KL reference is the policy RL starts from (after the warm start); its weights are kept for resuming."""
-    path = await parts.trainer.save_weights_for_sampler("kl-reference")
-    parts.checkpoints.set_reference_state(path)
-    return await parts.trainer.scorer(path)
-
-
-async def _load_reference(
-    parts: TrainingParts[TaskGroupT, MemberT, GroupT, SpanT], log: Callable[[str], None]
-) -> LogprobScorer:
-    """The recorded KL reference, opened beside the resumed policy (never loaded into it)."""
-    path = parts.checkpoints.reference_state()
-    if path is None:
-        log(f"no KL reference recorded in {parts.settings.log_path}: the KL reference is the resumed policy")
-        return await _save_reference(parts)
-    return await parts.trainer.scorer(path)
-
-
-def reached(settings: TrainingSettings, summary: TrainingSummary) -> bool:
-    return settings.target_test_reward is not None and (summary.reward_after or 0.0) >= settings.target_test_reward
-
-
-def forward_rollouts(callback: Callable[[RolloutResult], None] | None) -> Callable[[int, RolloutResult], None] | None:
-    if callback is None:
-        return None
-    return lambda _index, result: callback(result)
-
-
-async def evaluate_and_record(
-    parts: TrainingParts[TaskGroupT, MemberT, GroupT, SpanT],
-    resources_id: str,
-    i_batch: int,
-    metrics: dict[str, float],
-    summary: TrainingSummary,
-    hooks: TrainingHooks,
-) -> None:
-    t_eval = time.perf_counter()
-    eval_metrics = await evaluate(parts, resources_id, i_batch)
-    if not eval_metrics:
-        return
-    metrics.update(eval_metrics)
-    metrics["time/eval"] = time.perf_counter() - t_eval
-    reward = eval_metrics.get(TEST_PREFIX + REWARD_KEY)
-    if reward is not None:
-        summary.evals.append((i_batch, float(reward)))
-    if hooks.on_eval:
-        hooks.on_eval(i_batch, eval_metrics)

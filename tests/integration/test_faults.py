@@ -20,7 +20,7 @@ from adapters.run_log import CHECKPOINTS_FILE, METRICS_FILE
 from app.config import TrainConfig, load_config
 from app.launch import train
 from app.usecases.rollouts import NoRunners
-from app.usecases.training import TrainingHooks
+from app.usecases.steps import TrainingHooks
 
 pytestmark = [pytest.mark.slow, pytest.mark.fault]
 

@@ -15,7 +15,7 @@ import pytest
 from adapters.run_log import CHECKPOINTS_FILE, METRICS_FILE
 from app.config import TrainConfig, load_config
 from app.launch import free_port, train
-from app.usecases.training import REWARD_KEY, NothingToTrain, TrainingHooks
+from app.usecases.steps import REWARD_KEY, NothingToTrain, TrainingHooks
 
 pytestmark = pytest.mark.slow
 
@@ -267,7 +267,7 @@ async def test_one_train_step_moves_the_next_samplers_logprobs_with_the_advantag
     from app.launch import open_run
     from app.usecases.group_rollouts import GroupRolloutOptions, rollout_groups
     from app.usecases.rollouts import RolloutOptions
-    from app.usecases.training import train_step, warm_start
+    from app.usecases.steps import train_step, warm_start
 
     # A small step (lr 1e-3) stays in the first-order regime, where the direction is certain; 4 x 16
     # rollouts make a group without any "7" (no mixed group) very unlikely.

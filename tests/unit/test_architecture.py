@@ -97,9 +97,48 @@ def test_use_cases_import_only_domain_ports_other_use_cases_and_the_standard_lib
         )
 
 
+def use_case_imports(path: Path) -> set[str]:
+    """The use cases ``path`` imports, by module name (``steps`` for ``app.usecases.steps``)."""
+    packaged = [  # from app.usecases import steps
+        f"app.usecases.{alias.name}"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and node.module == "app.usecases" and node.level == 0
+        for alias in node.names
+    ]
+    prefix = "app.usecases."
+    return {m.removeprefix(prefix).split(".")[0] for m in [*imported_modules(path), *packaged] if m.startswith(prefix)}
+
+
+def test_use_cases_import_each_other_without_a_circle() -> None:
+    graph = {path.stem: use_case_imports(path) for path in use_case_modules()}
+    finished: set[str] = set()
+
+    def visit(name: str, chain: list[str]) -> None:
+        assert name not in chain, "import circle: " + " -> ".join([*chain[chain.index(name) :], name])
+        if name in finished:
+            return
+        for imported in sorted(graph.get(name, set())):
+            visit(imported, [*chain, name])
+        finished.add(name)
+
+    for name in sorted(graph):
+        visit(name, [])
+
+
+LOOPS_AND_STEPS = ("training", "async_training", "steps")
+
+
+def test_both_training_loops_build_on_steps_and_only_the_synchronous_one_dispatches_to_the_other() -> None:
+    """``steps`` is what both loops share; ``run_training`` hands an asynchronous run to ``async_training``."""
+    training, async_training, steps = (use_case_imports(USE_CASES / f"{name}.py") for name in LOOPS_AND_STEPS)
+    assert "steps" in training and "steps" in async_training
+    assert "training" not in async_training
+    assert not steps & {"training", "async_training"}
+
+
 def test_the_use_cases_named_by_the_architecture_exist() -> None:
     names = {p.stem for p in use_case_modules()}
-    assert {"rollouts", "group_rollouts", "evaluation", "training", "async_training"} <= names
+    assert {"rollouts", "group_rollouts", "evaluation", "steps", "training", "async_training"} <= names
     assert all((FACES / name).is_file() for name in ("cli.py", "preflight.py", "report.py"))
     assert COMPOSITION_ROOT.is_file() and DEMO_AGENT.is_file()
 
