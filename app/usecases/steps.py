@@ -4,10 +4,12 @@
 tinker-cookbook and a policy backend); ``TrainingSettings`` its knobs. The steps: ``begin_run``
 (resume after the last checkpoint, or warm-start, keep the KL reference, serve the weights),
 ``evaluate_and_record`` (the test set at the eval temperature), ``train_step`` (datums, then
-``num_substeps`` forward-backward + optimizer steps), ``save_checkpoint`` and ``finish_run`` (the final
-checkpoint and evaluation). ``EmptyStreak`` counts batches without a trainable rollout and raises
-``NothingToTrain`` for the loops. The synchronous loop is ``app.usecases.training``, the asynchronous
-one ``app.usecases.async_training``; this module imports neither.
+``num_substeps`` forward-backward + optimizer steps), ``save_checkpoint`` (when ``checkpoint_due``),
+``end_step`` (log a batch, stop on a streak of empty ones) and ``finish_run`` (a run that trained
+nothing is an error, else the final checkpoint and evaluation). ``EmptyStreak`` counts
+batches without a trainable rollout and raises ``NothingToTrain`` for the loops. The synchronous loop
+is ``app.usecases.training``, the asynchronous one ``app.usecases.async_training``; this module
+imports neither.
 """
 
 from __future__ import annotations
@@ -323,14 +325,42 @@ async def begin_run(
     return RunStart(start, n_batches, reference, resume, version)
 
 
+def checkpoint_due(settings: TrainingSettings, done: int, n_batches: int) -> bool:
+    """Whether a checkpoint is saved after ``done`` of ``n_batches`` batches (the last one's is ``finish_run``'s)."""
+    return settings.save_every > 0 and done % settings.save_every == 0 and done < n_batches
+
+
+def end_step(
+    parts: TrainingParts[TaskGroupT, MemberT, GroupT, SpanT],
+    hooks: TrainingHooks,
+    empty: EmptyStreak,
+    step: int,
+    metrics: dict[str, float],
+    stop: bool,
+) -> None:
+    """Log a batch's metrics and hand them to the UI; ``stop`` (the empty streak reached its limit) ends the run."""
+    parts.metrics.log_metrics(metrics, step=step)
+    if hooks.on_batch_end:
+        hooks.on_batch_end(step, metrics)
+    if stop:
+        raise empty.error(parts.server.backend_failure())
+
+
 async def finish_run(
     parts: TrainingParts[TaskGroupT, MemberT, GroupT, SpanT],
     summary: TrainingSummary,
+    empty: EmptyStreak,
     start: int,
     n_batches: int,
     hooks: TrainingHooks,
-) -> None:
-    """The final checkpoint, then the final evaluation unless the last batch was just evaluated."""
+) -> TrainingSummary:
+    """How both loops end a run, once its batches are done and its rollouts stopped.
+
+    ``NothingToTrain`` when none of the run's batches could train (naming the policy backend's last
+    failure, if any); else the final checkpoint, then the final evaluation unless the last batch was
+    just evaluated. Returns ``summary``.
+    """
+    empty.check(n_batches - start, parts.server.backend_failure())
     settings = parts.settings
     if start < n_batches:
         summary.final_checkpoint = await save_checkpoint(
@@ -348,6 +378,7 @@ async def finish_run(
         await evaluate_and_record(parts, resources_id, n_batches, final, summary, hooks)
         if final:
             parts.metrics.log_metrics(final, step=n_batches)
+    return summary
 
 
 async def _save_reference(parts: TrainingParts[TaskGroupT, MemberT, GroupT, SpanT]) -> LogprobScorer:

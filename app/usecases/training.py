@@ -29,6 +29,8 @@ from app.usecases.steps import (
     TrainingParts,
     TrainingSummary,
     begin_run,
+    checkpoint_due,
+    end_step,
     evaluate_and_record,
     finish_run,
     forward_rollouts,
@@ -120,16 +122,10 @@ async def run_training(
         metrics["time/train"] = time.perf_counter() - t_train
 
         done = i_batch + 1
-        if not stop and settings.save_every > 0 and done % settings.save_every == 0 and done < n_batches:
+        if not stop and checkpoint_due(settings, done, n_batches):
             await save_checkpoint(parts.trainer, parts.checkpoints, f"{done:06d}", done)
         metrics.update(parts.server.take_metrics())
         metrics["time/total"] = time.perf_counter() - t_start
-        parts.metrics.log_metrics(metrics, step=i_batch)
-        if hooks.on_batch_end:
-            hooks.on_batch_end(i_batch, metrics)
-        if stop:
-            raise empty.error(parts.server.backend_failure())
+        end_step(parts, hooks, empty, i_batch, metrics, stop)
 
-    empty.check(n_batches - start, parts.server.backend_failure())
-    await finish_run(parts, summary, start, n_batches, hooks)
-    return summary
+    return await finish_run(parts, summary, empty, start, n_batches, hooks)
