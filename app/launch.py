@@ -25,6 +25,7 @@ from typing import Any, cast
 import agentlightning as agl
 from agentlightning.store.client_server import API_V1_AGL_PREFIX
 from agentlightning.utils.server_launcher import PythonServerLauncherArgs
+from returns.result import Failure
 from tinker_cookbook import renderers
 from tinker_cookbook.renderers import get_renderer
 from tinker_cookbook.rl.types import TrajectoryGroup
@@ -55,6 +56,7 @@ from app.usecases.steps import (
 )
 from app.usecases.training import run_training
 from domain.batching import split_train_val
+from domain.chats import parse_chats
 from domain.sampling import SamplingDefaults
 from domain.staleness import StalenessPolicy
 from ports.policy import LossName, Trainer
@@ -212,21 +214,10 @@ def warm_start_chats(config: TrainConfig) -> list[list[renderers.Message]]:
 def _read_chats(path: Path) -> list[list[renderers.Message]]:
     if not path.is_file():
         raise LaunchError(f"warm-start file {path} does not exist")
-    chats: list[list[renderers.Message]] = []
-    for n, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-            messages = record["messages"]
-            if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m for m in messages):
-                raise TypeError("messages must be a list of {role, content} objects")
-        except (json.JSONDecodeError, KeyError, TypeError) as error:
-            raise LaunchError(f"{path}:{n}: not a chat record ({error})") from error
-        chats.append(cast(list[renderers.Message], messages))
-    if not chats:
-        raise LaunchError(f"warm-start file {path} holds no chats")
-    return chats
+    parsed = parse_chats(path.read_text(), str(path))
+    if isinstance(parsed, Failure):
+        raise LaunchError(str(parsed.failure()))
+    return [cast(list[renderers.Message], chat) for chat in parsed.unwrap()]
 
 
 @contextlib.asynccontextmanager
