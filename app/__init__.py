@@ -1,7 +1,11 @@
-"""Use cases and the faces of agl-tinker.
+"""Use cases and the faces of agl-tinker, and the composition root between them.
 
-Use cases run on ``domain`` and ``ports`` only: ``app.rollouts`` (one batch of rollouts through a
-store), ``app.group_rollouts`` (GRPO groups of them), ``app.evaluation`` and ``app.training``.
-Faces sit on top of them: ``app.compat`` (the original example's names), ``app.cli`` with
-``app.console``; ``app.launch`` is the one composition root that binds the adapters to the ports.
+``app/usecases/`` holds the use cases, on ``domain`` and ``ports`` only: ``rollouts`` (one batch of
+rollouts through a store), ``group_rollouts`` (GRPO groups of them), ``evaluation``, ``steps`` (what
+both training loops share), ``training`` (the synchronous loop) and ``async_training`` (the
+asynchronous one). ``app/faces/`` holds the faces that sit on top of them: ``compat`` and
+``agl_tinker_compat`` (the original example's names), ``agl_algorithm`` (an ``agl.Trainer``
+algorithm), ``cli`` with ``console``, ``preflight`` and ``report``. ``app/demo/`` holds the shipped
+demo's agent and task. ``app.config`` is the run's frozen configuration and ``app.launch`` the one
+composition root that binds the adapters to the ports.
 """

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from returns.result import Failure, Result, Success
 
 DEMO = "demo"
-"""``tasks``/``test_tasks`` value selecting the shipped number-word task (``app.demo_task``)."""
+"""``tasks``/``test_tasks`` value selecting the shipped number-word task (``app.demo.task``)."""
 
 
 class _Frozen(BaseModel):
@@ -89,7 +89,7 @@ class AsyncConfig(_Frozen):
 class TrainConfig(_Frozen):
     """Everything one training run needs; ``agl-tinker train`` shows it with ``--show-config``."""
 
-    agent: str = "app.demo_agent:digit_agent"
+    agent: str = "app.demo.agent:digit_agent"
     """The ``@agl.rollout`` agent as ``package.module:attribute`` (runner processes import it)."""
     tasks: str = DEMO
     """Training tasks: ``demo`` or a ``.jsonl``/``.json``/``.csv``/``.parquet`` file; each task reaches the

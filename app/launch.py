@@ -7,7 +7,7 @@ tears them down in reverse order; ``train`` runs the loop on them. One-click mod
 distributed mode attaches to an ``agl store`` URL where runners from other machines take rollouts
 (with ``n_runners=0`` they are watched through the worker records they keep in the store).
 ``open_run_on_store`` builds the same parts on a store someone else serves and feeds runners to
-(``agl.Trainer`` for ``app.agl_algorithm``); ``open_run`` wraps it with its own store and runners.
+(``agl.Trainer`` for ``app.faces.agl_algorithm``); ``open_run`` wraps it with its own store and runners.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import Any, cast
 import agentlightning as agl
 from agentlightning.store.client_server import API_V1_AGL_PREFIX
 from agentlightning.utils.server_launcher import PythonServerLauncherArgs
+from returns.result import Failure
 from tinker_cookbook import renderers
 from tinker_cookbook.renderers import get_renderer
 from tinker_cookbook.rl.types import TrajectoryGroup
@@ -42,19 +43,20 @@ from adapters.endpoint_triplets import EndpointTraceToTriplet
 from adapters.run_log import CookbookMetricsLog, JsonlCheckpointLog
 from adapters.store_auth import STORE_TOKEN_ENV, TokenStoreClient, protect, store_token
 from adapters.store_workers import StoreWorkers
-from app import demo_task
 from app.config import DEMO, TrainConfig
-from app.rollouts import RolloutOptions
-from app.training import (
+from app.demo import task as demo_task
+from app.usecases.rollouts import RolloutOptions
+from app.usecases.steps import (
     AsyncSettings,
     TrainingHooks,
     TrainingParts,
     TrainingSettings,
     TrainingSummary,
     WarmStartSettings,
-    run_training,
 )
+from app.usecases.training import run_training
 from domain.batching import split_train_val
+from domain.chats import parse_chats
 from domain.sampling import SamplingDefaults
 from domain.staleness import StalenessPolicy
 from ports.policy import LossName, Trainer
@@ -216,21 +218,10 @@ def warm_start_chats(config: TrainConfig) -> list[list[renderers.Message]]:
 def _read_chats(path: Path) -> list[list[renderers.Message]]:
     if not path.is_file():
         raise LaunchError(f"warm-start file {path} does not exist")
-    chats: list[list[renderers.Message]] = []
-    for n, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-            messages = record["messages"]
-            if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m for m in messages):
-                raise TypeError("messages must be a list of {role, content} objects")
-        except (json.JSONDecodeError, KeyError, TypeError) as error:
-            raise LaunchError(f"{path}:{n}: not a chat record ({error})") from error
-        chats.append(cast(list[renderers.Message], messages))
-    if not chats:
-        raise LaunchError(f"warm-start file {path} holds no chats")
-    return chats
+    parsed = parse_chats(path.read_text(), str(path))
+    if isinstance(parsed, Failure):
+        raise LaunchError(str(parsed.failure()))
+    return [cast(list[renderers.Message], chat) for chat in parsed.unwrap()]
 
 
 @contextlib.asynccontextmanager
@@ -412,7 +403,7 @@ async def open_run_on_store(
 ) -> AsyncIterator[Run]:
     """A run's backend, endpoint and logger on a store that others serve and feed runners to.
 
-    Starts no store server and no runner (``agl.Trainer`` does both for ``app.agl_algorithm``);
+    Starts no store server and no runner (``agl.Trainer`` does both for ``app.faces.agl_algorithm``);
     the tasks are used exactly as given, the test tasks rolled out once each. ``client_adapter``
     reads the agent's spans when ``trajectory_source`` is ``client``; ``runners``, the runner processes the
     caller supervises (``None``: runners elsewhere, watched through the worker records they keep in the store).

@@ -26,7 +26,7 @@ from typing import Any
 import agentlightning as agl
 import openai
 
-from app.demo_task import digit_reward, user_message
+from app.demo.task import digit_reward, user_message
 
 MEDIAN_S = 1.0
 SIGMA = 1.0

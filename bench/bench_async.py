@@ -13,7 +13,7 @@ cookbook datums, local trainer), the ``ppo`` loss, and room for three batches in
   the warm start the demo's own format chats. Async mode: ``discard``, the defaults (one batch ahead, at
   most one version off-policy, staler groups discarded and rolled out again); ``--async ahead2`` goes
   two ahead (it was the default until 2026-12-04: twice as stale, and slower here).
-* ``demo``: the demo itself (``tasks=demo``, ``app.demo_agent:digit_agent``, no added latency).
+* ``demo``: the demo itself (``tasks=demo``, ``app.demo.agent:digit_agent``, no added latency).
   Async mode: ``discard`` (``async.enabled=true`` and nothing else: one batch ahead, one version).
 
 Async modes use the default staleness-aware learning rate (a step's rate is ``learning_rate`` divided by
@@ -66,9 +66,9 @@ os.environ.setdefault("AGENTOPS_LOG_LEVEL", "ERROR")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.config import load_config
-from app.demo_task import digit_tasks, format_warm_start
+from app.demo.task import digit_tasks, format_warm_start
 from app.launch import train
-from app.training import REWARD_KEY
+from app.usecases.steps import REWARD_KEY
 from bench.async_agents import task_latency_s
 from domain.metric_names import TEST_REWARD
 

@@ -37,9 +37,9 @@ from tinker_cookbook.tokenizer_utils import get_tokenizer
 from adapters.cookbook_training import CookbookTrainingData, supervised_datum
 from adapters.local import LocalSampler, LocalTrainer
 from app.config import TrainConfig, load_config
-from app.demo_task import DigitTask, digit_reward, user_message
+from app.demo.task import DigitTask, digit_reward, user_message
 from app.launch import build_datasets, local_model_dir, train, training_settings, warm_start_chats
-from app.training import train_step, warm_start
+from app.usecases.steps import train_step, warm_start
 from ports.policy import SamplingParams
 
 

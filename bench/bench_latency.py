@@ -50,7 +50,7 @@ from adapters.agl_runners import RunnerProcesses
 from adapters.agl_store import AglRolloutStore, AglTripletSource
 from adapters.endpoint import PolicyEndpoint
 from adapters.endpoint_triplets import EndpointTraceToTriplet
-from app.rollouts import RolloutOptions, run_rollouts
+from app.usecases.rollouts import RolloutOptions, run_rollouts
 from bench.bench_throughput import (
     AGENT_REFERENCE,
     ConstantSampler,

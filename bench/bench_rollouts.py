@@ -36,7 +36,7 @@ from agentlightning.execution import ThreadingEvent
 
 from adapters.agl_runners import RunnerProcesses, run_runner
 from adapters.agl_store import AglRolloutStore, AglTripletSource
-from app.rollouts import RolloutOptions, RolloutStats, run_rollouts
+from app.usecases.rollouts import RolloutOptions, RolloutStats, run_rollouts
 from domain.groups import RolloutResult
 from ports.rollout_store import RolloutRequest
 from tests.integration.agents import reward_only

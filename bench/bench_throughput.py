@@ -63,7 +63,7 @@ from adapters.agl_store import AglRolloutStore, AglTripletSource
 from adapters.endpoint import EndpointConfig, PolicyEndpoint
 from adapters.endpoint_triplets import EndpointTraceToTriplet
 from adapters.local import build_tiny_model
-from app.rollouts import RolloutOptions, run_rollouts
+from app.usecases.rollouts import RolloutOptions, run_rollouts
 from domain.groups import RolloutResult
 from domain.sampling import SamplingDefaults
 from ports.policy import SampledSequence, SamplingParams, StopReason

@@ -38,7 +38,7 @@ from adapters.local import LocalTrainer
 from adapters.tinker_server.skyrl import SkyrlServer, install, tiny_model_dir
 from app.config import load_config
 from app.launch import train, warm_start_chats
-from app.training import WarmStartSettings, warm_start
+from app.usecases.steps import WarmStartSettings, warm_start
 
 
 async def warmed_up(base: Path, out: Path, seed: int) -> Path:
@@ -60,16 +60,32 @@ async def warmed_up(base: Path, out: Path, seed: int) -> Path:
 async def run(name: str, overrides: list[str], log_path: Path) -> str:
     config = load_config(None, [*overrides, f"log_path={log_path}"]).unwrap()
     started = time.perf_counter()
-    summary = await train(config)
-    seconds = time.perf_counter() - started
+    await train(config)
+    (log_path / "seconds").write_text(f"{time.perf_counter() - started:.1f}")
+    return row(name, log_path)
+
+
+def row(name: str, log_path: Path) -> str:
+    """One table row from a run's ``metrics.jsonl`` (and its wall time, when this script ran it)."""
     lines = [json.loads(line) for line in (log_path / "metrics.jsonl").read_text().splitlines()]
     batches = [m for m in lines if "progress/batch" in m]
-    sample = statistics.median(m["time/sample"] for m in batches)
-    trained = statistics.median(m["time/train"] for m in batches)
+    tests = [m[TEST_REWARD] for m in lines if TEST_REWARD in m]
+    rewards = [m.get(TRAIN_REWARD, 0.0) for m in batches]
+    first, last = rewards[:10], rewards[-10:]
+    seconds = (log_path / "seconds").read_text() if (log_path / "seconds").is_file() else "?"
     return (
-        f"| {name} | {len(batches)} | {sample:.2f} | {trained:.2f} | "
-        f"{summary.reward_before or 0.0:.2f} -> {summary.reward_after or 0.0:.2f} | {seconds:.0f} |"
+        f"| {name} | {len(batches)} | {statistics.median(m['time/sample'] for m in batches):.2f} | "
+        f"{statistics.median(m['time/train'] for m in batches):.2f} | "
+        f"{sum(first) / len(first):.2f} -> {sum(last) / len(last):.2f} | "
+        f"{tests[0]:.2f} -> {tests[-1]:.2f} | {seconds} |"
     )
+
+
+HEADER = (
+    "| backend | batches | sample s/batch (median) | train s/batch (median) | train reward, first -> last 10 batches "
+    "| test reward before -> after | total s |\n|---|---|---|---|---|---|---|"
+)
+TRAIN_REWARD, TEST_REWARD = "env/all/reward/total", "test/env/all/reward/total"
 
 
 async def main() -> None:
@@ -77,8 +93,14 @@ async def main() -> None:
     parser.add_argument("--batches", type=int, default=30)
     parser.add_argument("--rank", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--from", dest="source", type=Path, help="summarise a kept run directory instead")
     parser.add_argument("overrides", nargs="*", help="config key=value for both runs")
     args = parser.parse_args()
+    if args.source is not None:
+        print(HEADER)
+        print(row("local", args.source / "local"))
+        print(row("tinker (SkyRL)", args.source / "tinker"))
+        return
     install()
     root = Path(tempfile.mkdtemp(prefix="bench-tinker-server-"))
     common = [
@@ -102,8 +124,8 @@ async def main() -> None:
                 root / "tinker",
             ),
         ]
-    print("| backend | batches | sample s/batch (median) | train s/batch (median) | test reward | total s |")
-    print("|---|---|---|---|---|---|")
+    print(f"runs kept in {root}")
+    print(HEADER)
     print("\n".join(rows))
 
 

@@ -28,9 +28,9 @@ os.environ.setdefault("AGENTOPS_LOG_LEVEL", "ERROR")  # no "Session Replay" line
 
 import agentlightning as agl
 
-from app.agl_algorithm import Tinker
-from app.compat import AGLDatasetBuilder, Config, main
 from app.config import TrainConfig
+from app.faces.agl_algorithm import Tinker
+from app.faces.compat import AGLDatasetBuilder, Config, main
 from examples.hello.hello import hello
 
 

@@ -17,9 +17,9 @@ import agentlightning as agl
 import pytest
 
 from adapters.run_log import CHECKPOINTS_FILE, METRICS_FILE
-from app.agl_algorithm import Tinker, TinkerAlgorithm, TinkerDryRun
-from app.compat import AGLDatasetBuilder, Config, main
 from app.config import TrainConfig, load_config
+from app.faces.agl_algorithm import Tinker, TinkerAlgorithm, TinkerDryRun
+from app.faces.compat import AGLDatasetBuilder, Config, main
 from app.launch import LaunchError, free_port, open_run_on_store
 from examples.hello.hello import hello
 
@@ -161,7 +161,7 @@ async def test_compat_main_trains_on_a_store_whose_runners_agent_lightning_start
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "TINKER_TELEMETRY": "0", "AGENTOPS_LOG_LEVEL": "ERROR"}
     store = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "store", "--port", str(port)], cwd=ROOT, env=env, start_new_session=True
+        [sys.executable, "-m", "app.faces.cli", "store", "--port", str(port)], cwd=ROOT, env=env, start_new_session=True
     )
     runners = subprocess.Popen(
         [sys.executable, "-m", "examples.hello.run_runners", "--store", url, "-n", "2"],

@@ -13,7 +13,7 @@ import pytest
 
 from adapters.run_log import CHECKPOINTS_FILE
 from app.launch import train
-from app.training import REWARD_KEY, TrainingHooks
+from app.usecases.steps import REWARD_KEY, TrainingHooks
 from tests.integration.test_training import batch_lines, cli, config
 
 pytestmark = pytest.mark.slow

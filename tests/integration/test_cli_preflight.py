@@ -23,7 +23,7 @@ def cli(*args: str) -> tuple[subprocess.CompletedProcess[str], float]:
     env = {k: v for k, v in os.environ.items() if k != "AGL_TINKER_MASTER_KEY"}
     started = time.perf_counter()
     result = subprocess.run(
-        [sys.executable, "-m", "app.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env
+        [sys.executable, "-m", "app.faces.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env
     )
     return result, time.perf_counter() - started
 

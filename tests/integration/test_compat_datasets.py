@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from tinker_cookbook.rl.types import EnvGroupBuilder, RLDataset
 
-from app.compat import AGLDataset, AGLDatasetBuilder, AGLDummyEnv, dataset_to_env_group_builders
+from app.faces.compat import AGLDataset, AGLDatasetBuilder, AGLDummyEnv, dataset_to_env_group_builders
 
 
 async def test_builder_splits_train_and_validation_like_the_original() -> None:

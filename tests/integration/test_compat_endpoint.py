@@ -1,6 +1,6 @@
 """The seed-compatible API end to end: a user's agent calling a real LLM endpoint.
 
-``app.compat.do_group_of_group_rollouts`` and ``AGLTestSetEvaluator`` drive an ``@agl.rollout``
+``app.faces.compat.do_group_of_group_rollouts`` and ``AGLTestSetEvaluator`` drive an ``@agl.rollout``
 agent (plain ``openai.AsyncOpenAI`` against its resource, ``agl.emit_reward``) executed by a real
 ``LitAgentRunner``, answered by ``PolicyEndpoint`` (Agent-lightning's LLMProxy) over a scripted
 sampler, traced by the runner's real tracer and rebuilt with the real ``TracerTraceToTriplet``.
@@ -26,7 +26,7 @@ from tinker_cookbook.tokenizer_utils import get_tokenizer
 from adapters.agl_runners import run_runner
 from adapters.endpoint import EndpointConfig, PolicyEndpoint
 from adapters.local import build_tiny_model
-from app.compat import AGLDataset, AGLTestSetEvaluator, do_group_of_group_rollouts
+from app.faces.compat import AGLDataset, AGLTestSetEvaluator, do_group_of_group_rollouts
 from domain.groups import RolloutResult
 from domain.sampling import SamplingDefaults
 from ports.policy import SampledSequence, SamplingParams, StopReason

@@ -10,7 +10,7 @@ from tinker_cookbook.rl.metric_util import compute_trajectory_metrics
 from tinker_cookbook.rl.types import TrajectoryGroup
 
 from adapters.cookbook_types import to_cookbook_trajectory, to_trajectory_group
-from app.compat import evaluation_metrics
+from app.faces.compat import evaluation_metrics
 from domain.trajectory import ReconstructedTrajectory, reconstruct_trajectory
 from domain.triplets import RawTriplet
 

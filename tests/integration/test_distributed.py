@@ -9,7 +9,7 @@ import pytest
 
 from adapters.agl_runners import RunnerProcesses
 from adapters.agl_store import AglRolloutStore, AglTripletSource
-from app.rollouts import RolloutOptions, run_rollouts
+from app.usecases.rollouts import RolloutOptions, run_rollouts
 from ports.rollout_store import RolloutRequest
 from tests.integration.served_store import served_store
 

@@ -419,7 +419,7 @@ class TestReportedFailures:
     ) -> None:
         from app.config import load_config
         from app.launch import train
-        from app.training import NothingToTrain
+        from app.usecases.steps import NothingToTrain
 
         overrides = train_overrides(tmp_path, model_dir, "multiturn", "guess_number")
         overrides = [o for o in overrides if not o.startswith("agent=")]

@@ -469,8 +469,8 @@ def test_each_example_trains_through_agl_trainer_fit(
 ) -> None:
     import importlib
 
-    from app.agl_algorithm import Tinker
     from app.config import load_config
+    from app.faces.agl_algorithm import Tinker
     from app.launch import free_port
 
     monkeypatch.setenv("JUDGE_BASE_URL", judge.url)  # the trainer's runner processes inherit it

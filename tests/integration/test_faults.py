@@ -19,8 +19,8 @@ import pytest
 from adapters.run_log import CHECKPOINTS_FILE, METRICS_FILE
 from app.config import TrainConfig, load_config
 from app.launch import train
-from app.rollouts import NoRunners
-from app.training import TrainingHooks
+from app.usecases.rollouts import NoRunners
+from app.usecases.steps import TrainingHooks
 
 pytestmark = [pytest.mark.slow, pytest.mark.fault]
 

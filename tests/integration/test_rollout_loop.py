@@ -12,7 +12,7 @@ from agentlightning.execution import ThreadingEvent
 
 from adapters.agl_runners import run_runner
 from adapters.agl_store import AglRolloutStore, AglTripletSource
-from app.rollouts import QUEUE_TIMEOUT, RolloutOptions, RolloutStats, run_rollouts
+from app.usecases.rollouts import QUEUE_TIMEOUT, RolloutOptions, RolloutStats, run_rollouts
 from domain.groups import TIMED_OUT
 from ports.rollout_store import RolloutRequest
 from tests.integration.agents import reward_only

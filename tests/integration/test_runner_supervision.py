@@ -18,7 +18,7 @@ import pytest
 from adapters.agl_runners import RunnerProcesses
 from adapters.agl_store import AglRolloutStore, AglTripletSource
 from adapters.store_workers import StoreWorkers
-from app.rollouts import RUN_TIMEOUT, RUNNER_DIED, NoRunners, OnResult, RolloutOptions, run_rollouts
+from app.usecases.rollouts import RUN_TIMEOUT, RUNNER_DIED, NoRunners, OnResult, RolloutOptions, run_rollouts
 from domain.groups import TIMED_OUT, RolloutResult
 from ports.rollout_store import RolloutRequest
 from ports.runner_pool import RunnerPool

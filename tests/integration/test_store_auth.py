@@ -21,7 +21,7 @@ from adapters.agl_runners import RunnerProcesses
 from adapters.agl_store import AglRolloutStore, AglTripletSource
 from adapters.store_auth import TokenStoreClient, protect
 from app.launch import free_port
-from app.rollouts import RolloutOptions, run_rollouts
+from app.usecases.rollouts import RolloutOptions, run_rollouts
 from ports.rollout_store import RolloutRequest
 
 pytestmark = pytest.mark.slow
@@ -86,7 +86,7 @@ def test_the_cli_store_beyond_loopback_generates_a_token_and_refuses_requests_wi
     env = {k: v for k, v in os.environ.items() if k != "AGL_TINKER_STORE_TOKEN"}
     env |= {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "TINKER_TELEMETRY": "0"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "store", "--host", "0.0.0.0", "--port", str(port)],
+        [sys.executable, "-m", "app.faces.cli", "store", "--host", "0.0.0.0", "--port", str(port)],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )  # fmt: skip
     try:

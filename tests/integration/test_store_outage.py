@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _serve_store(port: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "TINKER_TELEMETRY": "0"}
     env.pop("AGL_TINKER_STORE_TOKEN", None)
-    return subprocess.Popen([sys.executable, "-m", "app.cli", "store", "--port", str(port)], cwd=ROOT, env=env)
+    return subprocess.Popen([sys.executable, "-m", "app.faces.cli", "store", "--port", str(port)], cwd=ROOT, env=env)
 
 
 async def _wait_healthy(url: str, timeout_s: float = 60.0) -> None:

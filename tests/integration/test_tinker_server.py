@@ -45,7 +45,12 @@ def api_key(monkeypatch: pytest.MonkeyPatch) -> None:
 def cli(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "TINKER_API_KEY": "tml-local-test-key", "COLUMNS": "200"}
     return subprocess.run(
-        [sys.executable, "-m", "app.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env
+        [sys.executable, "-m", "app.faces.cli", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
     )
 
 

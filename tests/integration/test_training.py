@@ -15,7 +15,7 @@ import pytest
 from adapters.run_log import CHECKPOINTS_FILE, METRICS_FILE
 from app.config import TrainConfig, load_config
 from app.launch import free_port, train
-from app.training import REWARD_KEY, NothingToTrain, TrainingHooks
+from app.usecases.steps import REWARD_KEY, NothingToTrain, TrainingHooks
 
 pytestmark = pytest.mark.slow
 
@@ -138,7 +138,12 @@ def test_the_cli_reports_a_run_that_never_trained_as_one_error_line(tmp_path: Pa
 def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "AGL_TINKER_MASTER_KEY"}
     return subprocess.run(
-        [sys.executable, "-m", "app.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env
+        [sys.executable, "-m", "app.faces.cli", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
     )
 
 
@@ -181,7 +186,7 @@ def test_sigterm_stops_a_background_training_run_in_order(tmp_path: Path) -> Non
     log = tmp_path / "stderr.txt"
     with log.open("w") as stderr_file:  # a file, not a pipe nobody reads until the end
         process = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "train", *args],
+            [sys.executable, "-m", "app.faces.cli", "train", *args],
             cwd=ROOT,
             env=env,
             stdout=subprocess.DEVNULL,
@@ -228,7 +233,7 @@ async def test_distributed_training_with_the_store_and_runners_in_other_processe
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "TINKER_TELEMETRY": "0"}
-    store = subprocess.Popen([sys.executable, "-m", "app.cli", "store", "--port", str(port)], cwd=ROOT, env=env)
+    store = subprocess.Popen([sys.executable, "-m", "app.faces.cli", "store", "--port", str(port)], cwd=ROOT, env=env)
     runners = None
     try:
         client = agl.LightningStoreClient(url)
@@ -240,7 +245,7 @@ async def test_distributed_training_with_the_store_and_runners_in_other_processe
                 await asyncio.sleep(0.2)
         await client.close()
         runners = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "runner", "--store", url, "-n", "2", "--agent",
+            [sys.executable, "-m", "app.faces.cli", "runner", "--store", url, "-n", "2", "--agent",
              "tests.integration.training_agents:always_seven_agent"],
             cwd=ROOT, env=env,
         )  # fmt: skip
@@ -266,10 +271,10 @@ async def test_distributed_training_with_the_store_and_runners_in_other_processe
 async def test_one_train_step_moves_the_next_samplers_logprobs_with_the_advantages(tmp_path: Path) -> None:
     """Sample through the endpoint in real agent rollouts, train on the reconstructed datums, and check
     that the weights the endpoint serves next prefer the above-average replies."""
-    from app.group_rollouts import GroupRolloutOptions, rollout_groups
     from app.launch import open_run
-    from app.rollouts import RolloutOptions
-    from app.training import train_step, warm_start
+    from app.usecases.group_rollouts import GroupRolloutOptions, rollout_groups
+    from app.usecases.rollouts import RolloutOptions
+    from app.usecases.steps import train_step, warm_start
 
     # A small step (lr 1e-3) stays in the first-order regime, where the direction is certain; 4 x 16
     # rollouts make a group without any "7" (no mixed group) very unlikely.

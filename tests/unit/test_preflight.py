@@ -13,7 +13,7 @@ import pytest
 from returns.result import Failure, Success
 
 from app.config import TrainConfig
-from app.preflight import EXIT_INPUT, EXIT_SETUP, port_in_use, preflight
+from app.faces.preflight import EXIT_INPUT, EXIT_SETUP, port_in_use, preflight
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = {"agentlightning", "tinker", "tinker_cookbook", "torch", "litellm", "transformers", "openai"}
@@ -92,7 +92,7 @@ def test_a_corrupt_model_directory_is_one_line(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("agent", "expected"),
     [
-        ("app.demo_agent", "agent reference 'app.demo_agent' must look like 'package.module:attribute'"),
+        ("app.demo.agent", "agent reference 'app.demo.agent' must look like 'package.module:attribute'"),
         ("no.such.module:agent", "cannot load agent 'no.such.module:agent': no module named 'no'"),
         ("app.no_such_agent:agent", "cannot load agent 'app.no_such_agent:agent': no module named 'app.no_such_agent'"),
         ("json.decoder.x:y", "cannot load agent 'json.decoder.x:y': no module named 'json.decoder.x'"),
@@ -105,7 +105,7 @@ def test_an_agent_reference_that_cannot_be_found(agent: str, expected: str) -> N
 
 def test_agents_in_packages_and_in_the_working_directory_are_found() -> None:
     assert problem(agent="tests.integration.training_agents:always_seven_agent") is None
-    assert problem(agent="app.demo_agent:whatever") is None  # the attribute is checked when runners load it
+    assert problem(agent="app.demo.agent:whatever") is None  # the attribute is checked when runners load it
 
 
 def test_a_port_in_use_is_named() -> None:
@@ -126,7 +126,7 @@ def test_the_preflight_imports_nothing_heavy(tmp_path: Path) -> None:
     tasks.write_text("{\n")
     code = (
         "import sys, time; t = time.perf_counter()\n"
-        "from app.config import TrainConfig\nfrom app.preflight import preflight\n"
+        "from app.config import TrainConfig\nfrom app.faces.preflight import preflight\n"
         f"result = preflight(TrainConfig(tasks={str(tasks)!r}, policy={{'model_path': {str(tmp_path)!r}}}))\n"
         "print(type(result).__name__, round(time.perf_counter() - t, 3))\n"
         "print(','.join(sys.modules))\n"

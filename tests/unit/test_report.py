@@ -7,7 +7,7 @@ from pathlib import Path
 
 from returns.result import Failure
 
-from app.report import read_curves, write_report
+from app.faces.report import read_curves, write_report
 
 
 def write_metrics(run: Path, rows: list[dict[str, object]]) -> None:

@@ -1,17 +1,15 @@
-"""The synchronous on-policy RL loop over agent rollouts (tinker-cookbook's ``do_sync_training``).
+"""The steps both training loops are made of, and what they share: settings, parts, hooks and summary.
 
-Per batch: publish the endpoint as the agents' LLM resource, evaluate on the test set every
-``eval_every`` batches, roll out the batch's groups through the store and runners, drop
-constant-reward groups if asked, build datums (advantages, prefix merging, optional KL shaping),
-run ``num_substeps`` forward-backward + optimizer steps, serve the new weights from the endpoint,
-log metrics (with the batch's account: every rollout and group, dropped ones included), and
-checkpoint every ``save_every`` batches. ``max_empty_batches`` consecutive batches without a
-trainable rollout end the run with ``NothingToTrain`` instead of a run that silently learns
-nothing; so does a run none of whose batches had one. The loop resumes at the batch after the
-last checkpoint, so a crash repeats no finished batch and skips none.
-
-It runs on the ports only (``TrainingParts``); ``app.launch`` binds them to Agent-lightning,
-tinker-cookbook and a policy backend.
+``TrainingParts`` is everything a loop drives, as ports (``app.launch`` binds them to Agent-lightning,
+tinker-cookbook and a policy backend); ``TrainingSettings`` its knobs. The steps: ``begin_run``
+(resume after the last checkpoint, or warm-start, keep the KL reference, serve the weights),
+``evaluate_and_record`` (the test set at the eval temperature), ``train_step`` (datums, then
+``num_substeps`` forward-backward + optimizer steps), ``save_checkpoint`` (when ``checkpoint_due``),
+``end_step`` (log a batch, stop on a streak of empty ones) and ``finish_run`` (a run that trained
+nothing is an error, else the final checkpoint and evaluation). ``EmptyStreak`` counts
+batches without a trainable rollout and raises ``NothingToTrain`` for the loops. The synchronous loop
+is ``app.usecases.training``, the asynchronous one ``app.usecases.async_training``; this module
+imports neither.
 """
 
 from __future__ import annotations
@@ -22,9 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic
 
-from app.evaluation import all_task_groups, evaluate_policy
-from app.group_rollouts import GroupRolloutOptions, rollout_groups
-from app.rollouts import RolloutOptions, RolloutStats
+from app.usecases.evaluation import all_task_groups, evaluate_policy
+from app.usecases.rollouts import RolloutOptions
 from domain.accounting import BatchAccount
 from domain.groups import RolloutResult
 from domain.metric_names import TEST_PREFIX, TRAIN_REWARD
@@ -328,109 +325,42 @@ async def begin_run(
     return RunStart(start, n_batches, reference, resume, version)
 
 
-async def run_training(
-    parts: TrainingParts[TaskGroupT, MemberT, GroupT, SpanT], hooks: TrainingHooks | None = None
-) -> TrainingSummary:
-    """Train from the last checkpoint (or from scratch, after the warm start) to the end of the dataset.
+def checkpoint_due(settings: TrainingSettings, done: int, n_batches: int) -> bool:
+    """Whether a checkpoint is saved after ``done`` of ``n_batches`` batches (the last one's is ``finish_run``'s)."""
+    return settings.save_every > 0 and done % settings.save_every == 0 and done < n_batches
 
-    With ``settings.asynchronous`` set, rollouts keep running while the trainer steps (``app.async_training``).
-    """
-    if parts.settings.asynchronous is not None:
-        from app.async_training import run_async_training  # it builds on this module
 
-        return await run_async_training(parts, hooks)
-    settings = parts.settings
-    hooks = hooks or TrainingHooks()
-    log = hooks.on_log or logger.info
-    begun = await begin_run(parts, hooks, log)
-    if isinstance(begun, TrainingSummary):
-        return begun
-    start, n_batches, reference = begun.start, begun.n_batches, begun.reference
-    summary = TrainingSummary(start_batch=start, end_batch=n_batches)
-    options = GroupRolloutOptions(
-        rollouts=settings.rollouts, remove_constant_reward_groups=settings.remove_constant_reward_groups
-    )
-    empty = EmptyStreak(settings.max_empty_batches)
-
-    for i_batch in range(start, n_batches):
-        t_start = time.perf_counter()
-        metrics: dict[str, float] = {
-            "progress/batch": float(i_batch),
-            "progress/done_frac": (i_batch + 1) / n_batches,
-            "optim/lr": settings.learning_rate,
-        }
-        resources_id = await parts.store.add_resources({"main_llm": parts.server.as_resource()})
-        if settings.eval_every > 0 and i_batch % settings.eval_every == 0:
-            await evaluate_and_record(parts, resources_id, i_batch, metrics, summary, hooks)
-            if reached(settings, summary) and i_batch > start:
-                target = settings.target_test_reward
-                log(f"test reward {summary.reward_after:.3f} reached the target {target}: stopping")
-                parts.metrics.log_metrics(metrics, step=i_batch)
-                summary.end_batch = n_batches = i_batch
-                break
-
-        task_groups_P = parts.dataset.get_batch(i_batch)
-        n_rollouts = sum(g.num_envs for g in task_groups_P)
-        if hooks.on_batch_start:
-            hooks.on_batch_start(i_batch, n_rollouts)
-        stats = RolloutStats()
-        t_sample = time.perf_counter()
-        batch = await rollout_groups(
-            task_groups_P,
-            resources_id,
-            i_batch,
-            store=parts.store,
-            triplets=parts.triplets,
-            assembler=parts.assembler,
-            mode="train",
-            options=options,
-            on_result=forward_rollouts(hooks.on_rollout),
-            stats=stats,
-        )
-        metrics["time/sample"] = time.perf_counter() - t_sample
-        metrics["rollouts/per_s"] = n_rollouts / max(metrics["time/sample"], 1e-9)
-        metrics["rollouts/store_calls_per_rollout"] = stats.store_calls / max(n_rollouts, 1)
-        groups_P, account = batch.groups, batch.account
-        metrics.update(account.metrics())
-        if groups_P:  # an empty batch has no reward: logging 0.0 would read as a bad policy
-            metrics.update(parts.assembler.batch_metrics(groups_P, task_groups_P))
-        stop = empty.record(i_batch, account)
-
-        t_train = time.perf_counter()
-        if groups_P:
-            _data, train_metrics = await train_step(parts.trainer, parts.data, settings, groups_P, reference)
-            metrics.update(train_metrics)
-            parts.server.set_sampler(await parts.trainer.sampler(f"batch-{i_batch + 1:06d}"))
-        elif not account.has_trainable:
-            log(f"batch {i_batch}: no trainable rollout ({account.describe()})")
-        else:
-            log(f"batch {i_batch}: every group had a constant reward, weights unchanged ({account.describe()})")
-        metrics["time/train"] = time.perf_counter() - t_train
-
-        done = i_batch + 1
-        if not stop and settings.save_every > 0 and done % settings.save_every == 0 and done < n_batches:
-            await save_checkpoint(parts.trainer, parts.checkpoints, f"{done:06d}", done)
-        metrics.update(parts.server.take_metrics())
-        metrics["time/total"] = time.perf_counter() - t_start
-        parts.metrics.log_metrics(metrics, step=i_batch)
-        if hooks.on_batch_end:
-            hooks.on_batch_end(i_batch, metrics)
-        if stop:
-            raise empty.error(parts.server.backend_failure())
-
-    empty.check(n_batches - start, parts.server.backend_failure())
-    await finish_run(parts, summary, start, n_batches, hooks)
-    return summary
+def end_step(
+    parts: TrainingParts[TaskGroupT, MemberT, GroupT, SpanT],
+    hooks: TrainingHooks,
+    empty: EmptyStreak,
+    step: int,
+    metrics: dict[str, float],
+    stop: bool,
+) -> None:
+    """Log a batch's metrics and hand them to the UI; ``stop`` (the empty streak reached its limit) ends the run."""
+    parts.metrics.log_metrics(metrics, step=step)
+    if hooks.on_batch_end:
+        hooks.on_batch_end(step, metrics)
+    if stop:
+        raise empty.error(parts.server.backend_failure())
 
 
 async def finish_run(
     parts: TrainingParts[TaskGroupT, MemberT, GroupT, SpanT],
     summary: TrainingSummary,
+    empty: EmptyStreak,
     start: int,
     n_batches: int,
     hooks: TrainingHooks,
-) -> None:
-    """The final checkpoint, then the final evaluation unless the last batch was just evaluated."""
+) -> TrainingSummary:
+    """How both loops end a run, once its batches are done and its rollouts stopped.
+
+    ``NothingToTrain`` when none of the run's batches could train (naming the policy backend's last
+    failure, if any); else the final checkpoint, then the final evaluation unless the last batch was
+    just evaluated. Returns ``summary``.
+    """
+    empty.check(n_batches - start, parts.server.backend_failure())
     settings = parts.settings
     if start < n_batches:
         summary.final_checkpoint = await save_checkpoint(
@@ -448,6 +378,7 @@ async def finish_run(
         await evaluate_and_record(parts, resources_id, n_batches, final, summary, hooks)
         if final:
             parts.metrics.log_metrics(final, step=n_batches)
+    return summary
 
 
 async def _save_reference(parts: TrainingParts[TaskGroupT, MemberT, GroupT, SpanT]) -> LogprobScorer:

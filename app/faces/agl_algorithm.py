@@ -3,7 +3,7 @@
 ``agl.Trainer(algorithm=TinkerAlgorithm(config), n_runners=N).fit(agent, train_dataset=..., val_dataset=...)``
 is how the original example starts training. The trainer serves its store and starts the runners;
 the algorithm opens the policy backend and endpoint on that store (``app.launch.open_run_on_store``)
-and runs the same loop as ``agl-tinker train`` (``app.training.run_training``) on the datasets
+and runs the same loop as ``agl-tinker train`` (``app.usecases.training.run_training``) on the datasets
 exactly as given: ``val_dataset`` is the test set, each task rolled out once; none, no evaluation.
 With ``trajectory_source=client`` the trainer's adapter reads the agent's spans (policy calls only).
 
@@ -21,9 +21,10 @@ from typing import Any
 from agentlightning import Algorithm, Dataset, FastAlgorithm, TraceToTripletBase
 
 from app.config import TrainConfig
-from app.evaluation import all_task_groups, evaluate_task_groups
 from app.launch import Run, open_run_on_store
-from app.training import TrainingHooks, TrainingSummary, evaluate, run_training
+from app.usecases.evaluation import all_task_groups, evaluate_task_groups
+from app.usecases.steps import TrainingHooks, TrainingSummary, evaluate
+from app.usecases.training import run_training
 
 __all__ = ["Tinker", "TinkerAlgorithm", "TinkerDryRun", "tasks_of"]
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic
 
-from app.rollouts import OnResult, RolloutOptions, RolloutStats, run_rollouts
+from app.usecases.rollouts import OnResult, RolloutOptions, RolloutStats, run_rollouts
 from domain.accounting import BatchAccount
 from domain.groups import FailedRolloutPolicy, RolloutResult, group_metrics, is_trainable, nonconstant_group_indices
 from ports.rollout_store import RolloutRequest, RolloutStore, SpanT, TripletSource

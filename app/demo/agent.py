@@ -8,7 +8,7 @@ import os
 import agentlightning as agl
 import openai
 
-from app.demo_task import DigitTask, digit_reward, user_message
+from app.demo.task import DigitTask, digit_reward, user_message
 
 
 @functools.cache

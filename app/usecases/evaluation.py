@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from app.group_rollouts import GroupRolloutOptions, rollout_groups
-from app.rollouts import DEFAULT_ROLLOUT_OPTIONS, OnResult, RolloutOptions
+from app.usecases.group_rollouts import GroupRolloutOptions, rollout_groups
+from app.usecases.rollouts import DEFAULT_ROLLOUT_OPTIONS, OnResult, RolloutOptions
 from domain.groups import FailedRolloutPolicy
 from ports.policy_endpoint import PolicyServer
 from ports.rollout_store import RolloutStore, SpanT, TripletSource

@@ -3,7 +3,7 @@
 ``Config`` takes the original's keyword arguments and returns a ``TrainConfig``; ``main`` trains it
 like the original's ``main`` (store at ``store_address``, runners elsewhere); ``create_llm_proxy``
 returns this project's policy endpoint and ``TinkerLLM`` is its LiteLLM provider. With
-``app.agl_algorithm.Tinker`` the original ``hello.py`` runs after changing its imports only.
+``app.faces.agl_algorithm.Tinker`` the original ``hello.py`` runs after changing its imports only.
 
 What does not map, and what happens instead:
 
@@ -41,7 +41,7 @@ from adapters.endpoint import EndpointConfig, PolicyEndpoint
 from adapters.endpoint_provider import PolicyProvider
 from app.config import DEMO, TrainConfig, load_config
 from app.launch import LaunchError, train
-from app.training import TrainingSummary
+from app.usecases.steps import TrainingSummary
 from ports.policy import Sampler
 
 __all__ = ["Config", "TinkerLLM", "create_llm_proxy", "main"]

@@ -3,7 +3,7 @@
 ``agl-tinker train`` imports Agent-lightning, LiteLLM and torch (15-30 s) before it touches the
 task files, the model directory or the agent; a typo there used to cost that wait and, for a
 corrupt model, a screen of traceback. These checks read only files and sockets, with the standard
-library and ``domain.tasks``, and report the first problem as one line.
+library, ``domain.tasks`` and ``domain.chats``, and report the first problem as one line.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pathlib import Path
 from returns.result import Failure, Result, Success
 
 from app.config import DEMO, TrainConfig
+from domain.chats import parse_chats
 from domain.tasks import TaskFileError, Tasks, parse_csv_tasks, parse_json_tasks, parse_jsonl_tasks
 
 EXIT_INPUT = 2
@@ -87,7 +88,7 @@ def _task_file(source: str | None) -> PreflightError | None:
 
 
 def _warm_start_file(config: TrainConfig) -> PreflightError | None:
-    """The same record check as ``app.launch``'s reader, without the renderer it needs afterwards."""
+    """The file parsed as ``app.launch`` parses it (``domain.chats``), without the renderer it needs afterwards."""
     file = config.warm_start.file
     if config.warm_start.steps == 0 or file is None:
         return None
@@ -95,22 +96,11 @@ def _warm_start_file(config: TrainConfig) -> PreflightError | None:
     if not path.is_file():
         return PreflightError(f"warm-start file {path} does not exist", EXIT_INPUT)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         return PreflightError(f"warm-start file {path}: cannot read it ({error})", EXIT_INPUT)
-    n_chats = 0
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-            messages = record["messages"]
-            if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m for m in messages):
-                raise TypeError("messages must be a list of {role, content} objects")
-        except (json.JSONDecodeError, KeyError, TypeError) as error:
-            return PreflightError(f"{path}:{number}: not a chat record ({error})", EXIT_INPUT)
-        n_chats += 1
-    return None if n_chats else PreflightError(f"warm-start file {path} holds no chats", EXIT_INPUT)
+    parsed = parse_chats(text, str(path))
+    return PreflightError(str(parsed.failure()), EXIT_INPUT) if isinstance(parsed, Failure) else None
 
 
 def _model_dir(config: TrainConfig) -> PreflightError | None:

@@ -54,7 +54,7 @@ def _config(args: argparse.Namespace) -> TrainConfig | ConfigError:
 
 def _preflight(config: TrainConfig) -> int | None:
     """The exit code of the first problem with the run's files, agent or ports (before the heavy imports)."""
-    from app.preflight import preflight
+    from app.faces.preflight import preflight
 
     match preflight(config):
         case Failure(problem):
@@ -72,7 +72,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     problem = _preflight(config)
     if problem is not None:
         return problem
-    from app.console import run_training_with_progress
+    from app.faces.console import run_training_with_progress
 
     return run_training_with_progress(config, write_plot=not args.no_report)
 
@@ -84,13 +84,13 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     problem = _preflight(config)
     if problem is not None:
         return problem
-    from app.console import run_evaluation
+    from app.faces.console import run_evaluation
 
     return run_evaluation(config, args.checkpoint)
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from app.report import write_report
+    from app.faces.report import write_report
 
     match write_report(args.log_path, args.out):
         case Success(path):
@@ -102,13 +102,13 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_store(args: argparse.Namespace) -> int:
-    from app.console import serve_store
+    from app.faces.console import serve_store
 
     return serve_store(args.host, args.port)
 
 
 def _cmd_runner(args: argparse.Namespace) -> int:
-    from app.console import serve_runners
+    from app.faces.console import serve_runners
 
     if args.concurrency < 1:
         print(f"agl-tinker: error: --concurrency must be at least 1, got {args.concurrency}", file=sys.stderr)
@@ -174,7 +174,7 @@ def _parser() -> argparse.ArgumentParser:
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
     """SIGTERM outside an event loop (start-up, ``agl-tinker runner``) stops the command as Ctrl-C does.
 
-    Inside one, ``app.console.run_until_terminated`` takes SIGTERM over and unwinds the run in order."""
+    Inside one, ``app.faces.console.run_until_terminated`` takes SIGTERM over and unwinds the run in order."""
     raise KeyboardInterrupt
 
 

@@ -34,14 +34,16 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Generic
 
-from app.group_rollouts import GroupedBatch, GroupRolloutOptions, rollout_groups
-from app.training import (
+from app.usecases.group_rollouts import GroupedBatch, GroupRolloutOptions, rollout_groups
+from app.usecases.steps import (
     AsyncSettings,
     EmptyStreak,
     TrainingHooks,
     TrainingParts,
     TrainingSummary,
     begin_run,
+    checkpoint_due,
+    end_step,
     evaluate_and_record,
     finish_run,
     forward_rollouts,
@@ -258,7 +260,7 @@ async def run_async_training(
                 flow.changed.notify_all()
 
             done = step + 1
-            if not stop and settings.save_every > 0 and done % settings.save_every == 0 and done < n_batches:
+            if not stop and checkpoint_due(settings, done, n_batches):
                 pending = sorted(k for k in flow.open_keys if k[0] < flow.frontier)
                 await save_checkpoint(
                     parts.trainer, parts.checkpoints, f"{done:06d}", done, frontier=flow.frontier, pending=pending
@@ -268,19 +270,13 @@ async def run_async_training(
             metrics["time/total"] = time.perf_counter() - t_start
             # Rollouts finished per second of this step (sync mode's figure is per second of sampling).
             metrics["rollouts/per_s"] = account.n_enqueued / max(metrics["time/total"], 1e-9)
-            parts.metrics.log_metrics(metrics, step=step)
-            if hooks.on_batch_end:
-                hooks.on_batch_end(step, metrics)
-            if stop:
-                raise empty.error(parts.server.backend_failure())
-        empty.check(n_batches - start, parts.server.backend_failure())
+            end_step(parts, hooks, empty, step, metrics, stop)
     finally:
         producer.cancel()
         for task in list(tasks):
             task.cancel()
         await asyncio.gather(producer, *tasks, return_exceptions=True)
-    await finish_run(parts, summary, start, n_batches, hooks)
-    return summary
+    return await finish_run(parts, summary, empty, start, n_batches, hooks)
 
 
 @dataclass(slots=True)

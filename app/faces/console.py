@@ -21,10 +21,10 @@ from adapters.run_log import CHECKPOINTS_FILE, last_checkpoint
 from adapters.store_auth import STORE_TOKEN_ENV, protect, store_token
 from adapters.tinker_backend import TinkerError
 from app.config import TrainConfig
+from app.faces.report import write_report
 from app.launch import LaunchError, open_run, store_launcher_args, train
-from app.report import write_report
-from app.rollouts import NoRunners
-from app.training import REWARD_KEY, NothingToTrain, TrainingHooks, evaluate
+from app.usecases.rollouts import NoRunners
+from app.usecases.steps import REWARD_KEY, NothingToTrain, TrainingHooks, evaluate
 from domain.groups import RolloutResult
 from ports.rollout_store import StoreUnavailable
 

@@ -3,9 +3,9 @@
 Users of the original switch by changing one import: the names and positional signatures are the
 same, the new options are keyword-only. Each function is a thin face: it binds the Agent-lightning
 store and adapter it is given to the ports and calls the same use cases the training loop runs
-(``app.group_rollouts``, ``app.evaluation``, ``app.rollouts``). The training entry points of
+(``app.usecases.group_rollouts``, ``app.usecases.evaluation``, ``app.usecases.rollouts``). The training entry points of
 ``agl_tinker.train``/``llm``/``algo`` (``Config``, ``main``, ``create_llm_proxy``, ``TinkerLLM``,
-``Tinker``) are re-exported from ``app.agl_tinker_compat`` and ``app.agl_algorithm``.
+``Tinker``) are re-exported from ``app.faces.agl_tinker_compat`` and ``app.faces.agl_algorithm``.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from adapters.agl_store import AglRolloutStore, AglTripletSource
 from adapters.cookbook_env import AGLDataset, AGLDatasetBuilder, AGLDummyEnv, AGLDummyEnvGroupBuilder
 from adapters.cookbook_groups import CookbookGroups, evaluation_metrics
 from adapters.cookbook_types import to_cookbook_trajectory
-from app.agl_algorithm import Tinker
-from app.agl_tinker_compat import Config, TinkerLLM, create_llm_proxy, main
-from app.evaluation import all_task_groups, evaluate_task_groups
-from app.group_rollouts import GroupRolloutOptions, rollout_groups
-from app.rollouts import DEFAULT_ROLLOUT_TIMEOUT_S, OnResult, RolloutOptions, RolloutStats, run_rollouts
+from app.faces.agl_algorithm import Tinker
+from app.faces.agl_tinker_compat import Config, TinkerLLM, create_llm_proxy, main
+from app.usecases.evaluation import all_task_groups, evaluate_task_groups
+from app.usecases.group_rollouts import GroupRolloutOptions, rollout_groups
+from app.usecases.rollouts import DEFAULT_ROLLOUT_TIMEOUT_S, OnResult, RolloutOptions, RolloutStats, run_rollouts
 from domain.groups import FailedRolloutPolicy
 from domain.trajectory import RewardPolicy, reconstruct_trajectory
 from ports.rollout_store import RetryPolicy, RolloutRequest
