@@ -156,6 +156,21 @@ async def test_a_lora_target_skyrl_would_not_train_is_refused_at_connect(server:
     assert "\n" not in message
 
 
+async def test_a_model_or_rank_the_server_does_not_serve_ends_with_one_line(server: tuple[SkyrlServer, Path]) -> None:
+    """Capabilities are checked at connect: an unknown base model names what the server serves; a rank above
+    the server's limit is refused by the server, and the one line names the server and the call."""
+    skyrl, model = server
+    with pytest.raises(TinkerError) as unknown:
+        await TinkerTrainer.connect(TinkerConfig(base_model="Qwen/Qwen3-4B", lora_rank=RANK, base_url=skyrl.url))
+    assert f"{skyrl.url} does not serve base model 'Qwen/Qwen3-4B'" in str(unknown.value)
+    assert str(model) in str(unknown.value)
+    config = TinkerConfig(base_model=str(model), lora_rank=64, train_unembed=False, base_url=skyrl.url)
+    with pytest.raises(TinkerError) as too_large:
+        await TinkerTrainer.connect(config)
+    assert "create_lora_training_client" in str(too_large.value) and skyrl.url in str(too_large.value)
+    assert "\n" not in str(too_large.value)
+
+
 async def test_the_kl_reference_scores_beside_training_where_the_server_allows_it(
     server: tuple[SkyrlServer, Path],
 ) -> None:
