@@ -8,7 +8,10 @@ embedding model (warm-start loss 6.6 -> 5.9 in 250 steps, against 0.6 with full 
 RL only has to move the digit choice. The table gives the median time per batch to sample and to
 train, and the test reward before and after, so learning through Tinker's API is shown, not only wiring.
 
-    .venv/bin/python bench/bench_tinker_server.py [--batches 30] [--rank 32] [key=value ...]
+    .venv/bin/python bench/bench_tinker_server.py [--batches 30] [--rank 32] [--agent module:attr] [key=value ...]
+
+``--agent tests.integration.training_agents:always_seven_agent`` rewards the reply "7" whatever the
+word: a target LoRA on attention and MLP can reach, so learning itself is visible within 15 batches.
 """
 
 from __future__ import annotations
@@ -93,6 +96,7 @@ async def main() -> None:
     parser.add_argument("--batches", type=int, default=30)
     parser.add_argument("--rank", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--agent", default=None, help="module:attr of the agent (default: the demo's)")
     parser.add_argument("--from", dest="source", type=Path, help="summarise a kept run directory instead")
     parser.add_argument("overrides", nargs="*", help="config key=value for both runs")
     args = parser.parse_args()
@@ -111,6 +115,7 @@ async def main() -> None:
         "policy.train_unembed=false",  # what SkyRL trains, and what the local backend's LoRA adapts
         "kl_penalty_coef=0",  # SkyRL 0.4.0 cannot score a KL reference beside training (see the proxy)
         "save_every=0",
+        *([f"agent={args.agent}"] if args.agent else []),
         *args.overrides,
     ]
     with tiny_model_dir(root, seed=args.seed) as tiny:
