@@ -369,9 +369,15 @@ class TinkerTrainer:
         server = server_name(config.base_url)
 
         def open_service() -> tinker.ServiceClient:
-            capabilities = tinker.RestClient(base_url=base_url, api_key=api_key).get_server_capabilities().result()
+            service = tinker.ServiceClient(base_url=base_url, api_key=api_key)
+            # Not tinker.RestClient(base_url=...): tinker 0.38 builds those under one process-wide lock held
+            # while it fetches the server's config, so a connect abandoned against an unreachable server
+            # would block every later one in this process for minutes. This client's own holder has no such lock.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)
+                capabilities = service.get_server_capabilities()
             check_capabilities(capabilities, config, server)
-            return tinker.ServiceClient(base_url=base_url, api_key=api_key)
+            return service
 
         service = await _connect_call(open_service, config.connect_timeout_s, "get_server_capabilities", server)
 
