@@ -316,7 +316,8 @@ class ConcurrentRunner:
         """The traceback the first time an error is seen in this runner, one line each time it repeats."""
         key = f"{type(error).__name__}: {error}"
         if key in self._failures_seen:
-            logger.warning("rollout %s: the agent raised %s (traceback shown before)", rollout_id, key)
+            logger.warning("rollout %s: the agent raised the same %s again (its traceback is above)", rollout_id,
+                           type(error).__name__)
             return
         if len(self._failures_seen) < 1000:
             self._failures_seen.add(key)
