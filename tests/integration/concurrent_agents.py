@@ -94,6 +94,21 @@ async def sleeper(task: Task, llm: agl.LLM) -> float:
 
 
 @rollout
+async def gathering(task: Task, llm: agl.LLM) -> float:
+    """A slow LLM that answers once ``task["together"]`` rollouts are inside an agent at once, then returns
+    its reward; fails if they never are (within ``task["hang_s"]``, 120 s by default: a hang)."""
+    _enter()
+    try:
+        for _ in range(int(task.get("hang_s", 120.0) / 0.01)):
+            if task["together"] <= PEAK:
+                return float(task["n"])
+            await asyncio.sleep(0.01)
+        raise RuntimeError(f"never {task['together']} rollouts at once (at most {PEAK})")
+    finally:
+        _leave()
+
+
+@rollout
 async def half_then_raise(task: Task, llm: agl.LLM) -> None:
     agl.emit_reward(0.5)
     raise RuntimeError(f"task {task['n']} fails after its first reward")

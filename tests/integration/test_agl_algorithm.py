@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
 import subprocess
 import sys
 from collections import Counter
@@ -16,12 +14,16 @@ from typing import Any
 import agentlightning as agl
 import pytest
 
-from adapters.run_log import CHECKPOINTS_FILE, METRICS_FILE
+from adapters.run_log import CHECKPOINTS_FILE
 from app.config import TrainConfig, load_config
 from app.faces.agl_algorithm import Tinker, TinkerAlgorithm, TinkerDryRun
 from app.faces.compat import AGLDatasetBuilder, Config, main
 from app.launch import LaunchError, free_port, open_run_on_store
 from examples.hello.hello import hello
+from tests.support.cli import cli_env
+from tests.support.processes import stop
+from tests.support.runs import metrics_lines
+from tests.support.stores import store_process, wait_healthy
 
 pytestmark = pytest.mark.slow
 
@@ -52,10 +54,6 @@ def fast_runner() -> agl.LitAgentRunner[Any]:
     return agl.LitAgentRunner(tracer=agl.AgentOpsTracer(), poll_interval=0.05)
 
 
-def lines(run: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (run / METRICS_FILE).read_text().splitlines()]
-
-
 def inputs_by_mode(store: agl.LightningStore) -> dict[str, Counter[Any]]:
     rollouts = asyncio.run(store.query_rollouts())
     by_mode: dict[str, Counter[Any]] = {}
@@ -73,7 +71,7 @@ def test_agl_trainer_fit_trains_with_the_loop_on_the_tasks_exactly_as_given(tmp_
     trainer.fit(hello, train_dataset=TRAIN, val_dataset=VAL)
 
     run = Path(cfg.log_path)
-    batches = [m for m in lines(run) if "progress/batch" in m]
+    batches = [m for m in metrics_lines(run) if "progress/batch" in m]
     assert [m["progress/batch"] for m in batches] == [0, 1]
     assert all(m["env/all/by_group/frac_status_succeeded"] == 1.0 for m in batches)
     assert all(m["optim/n_datums"] > 0 and m["env/all/reconstruct/kept"] > 0 for m in batches)
@@ -159,23 +157,14 @@ async def test_compat_main_trains_on_a_store_whose_runners_agent_lightning_start
     """``agl-tinker store``, runners as an ``agl.Trainer`` in role runner, the original's ``main`` training."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "TINKER_TELEMETRY": "0", "AGENTOPS_LOG_LEVEL": "ERROR"}
-    store = subprocess.Popen(
-        [sys.executable, "-m", "app.faces.cli", "store", "--port", str(port)], cwd=ROOT, env=env, start_new_session=True
-    )
+    env = cli_env(AGENTOPS_LOG_LEVEL="ERROR")
+    store = store_process(port, env=env, start_new_session=True)
     runners = subprocess.Popen(
         [sys.executable, "-m", "examples.hello.run_runners", "--store", url, "-n", "2"],
         cwd=ROOT, env=env, start_new_session=True,
     )  # fmt: skip
     try:
-        client = agl.LightningStoreClient(url)
-        for _ in range(150):
-            try:
-                await asyncio.wait_for(client.query_rollouts(limit=1), 1.0)
-                break
-            except Exception:
-                await asyncio.sleep(0.2)
-        await client.close()
+        await wait_healthy(url, process=store)
         builder = AGLDatasetBuilder(batch_size=4, group_size=2, seed=1, train_dataset=TRAIN, val_dataset=VAL)
         cfg = Config(
             learning_rate=1e-3, dataset_builder=builder, renderer_name="qwen3_instruct", model_name="Qwen/Qwen3-4B",
@@ -186,16 +175,11 @@ async def test_compat_main_trains_on_a_store_whose_runners_agent_lightning_start
         summary = await asyncio.wait_for(main(cfg), 150)
 
         assert (summary.start_batch, summary.end_batch) == (0, 2)
-        batches = [m for m in lines(Path(cfg.log_path)) if "progress/batch" in m]
+        batches = [m for m in metrics_lines(Path(cfg.log_path)) if "progress/batch" in m]
         assert [m["progress/batch"] for m in batches] == [0, 1]
         assert all(m["env/all/by_group/frac_status_succeeded"] == 1.0 for m in batches)
         assert all(m["env/all/reconstruct/kept"] > 0 for m in batches), "the runners' spans reached the trainer"
         assert summary.final_checkpoint is not None
     finally:
         for process in (runners, store):
-            process.send_signal(signal.SIGINT)
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)  # the group this test started: the runners' children too
-                process.wait(5)
+            stop(process, group=True)  # the group this test started: the runners' children too

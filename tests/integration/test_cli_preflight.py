@@ -6,25 +6,20 @@ Agent-lightning and torch); the time is shown, not asserted.
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.cli import cli
 
 
-def cli(*args: str) -> tuple[subprocess.CompletedProcess[str], float]:
-    env = {k: v for k, v in os.environ.items() if k != "AGL_TINKER_MASTER_KEY"}
+def timed_cli(*args: str) -> tuple[subprocess.CompletedProcess[str], float]:
     started = time.perf_counter()
-    result = subprocess.run(
-        [sys.executable, "-m", "app.faces.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env
-    )
+    result = cli(*args)
     return result, time.perf_counter() - started
 
 
@@ -56,7 +51,7 @@ def test_bad_input_fails_fast_in_one_line(
     tmp_path: Path, case: Callable[[Path], tuple[list[str], str]], code: int
 ) -> None:
     overrides, message = case(tmp_path)
-    result, elapsed = cli("train", *overrides, f"log_path={tmp_path / 'run'}")
+    result, elapsed = timed_cli("train", *overrides, f"log_path={tmp_path / 'run'}")
     print(f"{case.__name__}: exit {result.returncode} in {elapsed:.2f}s")
     assert result.returncode == code, result.stderr
     assert result.stderr.splitlines()[0].startswith(message), result.stderr
@@ -69,7 +64,7 @@ def test_a_port_in_use_fails_before_anything_starts(tmp_path: Path) -> None:
         held.bind(("127.0.0.1", 0))
         held.listen()
         port = held.getsockname()[1]
-        result, elapsed = cli("train", f"endpoint_port={port}", f"log_path={tmp_path / 'run'}")
+        result, elapsed = timed_cli("train", f"endpoint_port={port}", f"log_path={tmp_path / 'run'}")
     print(f"port in use: exit {result.returncode} in {elapsed:.2f}s")
     assert result.returncode == 2, result.stderr
     assert result.stderr.splitlines() == [f"error: port {port} on 127.0.0.1 is in use"]

@@ -11,21 +11,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import cast
 
 import agentlightning as agl
 import pytest
 from agentlightning.execution import ThreadingEvent
 from tinker_cookbook import renderers
-from tinker_cookbook.renderers import get_renderer
 from tinker_cookbook.rl.data_processing import assemble_training_data, compute_advantages
 from tinker_cookbook.rl.types import TrajectoryGroup
-from tinker_cookbook.tokenizer_utils import get_tokenizer
 
 from adapters.agl_runners import run_runner
 from adapters.endpoint import EndpointConfig, PolicyEndpoint
-from adapters.local import build_tiny_model
 from app.faces.compat import AGLDataset, AGLTestSetEvaluator, do_group_of_group_rollouts
 from domain.groups import RolloutResult
 from domain.sampling import SamplingDefaults
@@ -102,17 +98,6 @@ class ScriptedSampler:
 
 def prompt_of(renderer: renderers.Renderer, question: str) -> tuple[int, ...]:
     return tuple(renderer.build_generation_prompt([{"role": "user", "content": question}]).to_ints())
-
-
-@pytest.fixture(scope="module")
-def renderer(tmp_path_factory: pytest.TempPathFactory) -> renderers.Renderer:
-    model_dir: Path = build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
-    return get_renderer("qwen3_instruct", get_tokenizer(str(model_dir)))
-
-
-@pytest.fixture
-def store() -> agl.InMemoryLightningStore:
-    return agl.InMemoryLightningStore(thread_safe=True)
 
 
 @pytest.fixture

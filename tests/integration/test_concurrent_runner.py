@@ -9,7 +9,7 @@ prompt or reward.
 from __future__ import annotations
 
 import asyncio
-import time
+import signal
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, cast
 
@@ -17,20 +17,19 @@ import agentlightning as agl
 import pytest
 from agentlightning.execution import ThreadingEvent
 from tinker_cookbook import renderers
-from tinker_cookbook.renderers import get_renderer
-from tinker_cookbook.tokenizer_utils import get_tokenizer
 
 from adapters.agl_runners import RunnerProcesses, run_concurrent_runner
 from adapters.agl_store import AglTripletSource
 from adapters.concurrent_runner import ConcurrentRunner
-from adapters.endpoint import EndpointConfig, PolicyEndpoint
+from adapters.endpoint import PolicyEndpoint
 from adapters.endpoint_triplets import EndpointTraceToTriplet
-from adapters.local import build_tiny_model
-from domain.sampling import SamplingDefaults
 from domain.trajectory import reconstruct_trajectory
 from ports.policy import SampledSequence, SamplingParams, StopReason
 from tests.integration import concurrent_agents
-from tests.integration.served_store import served_store
+from tests.support.endpoints import policy_endpoint
+from tests.support.rollouts import enqueue, wait_finished
+from tests.support.stores import served_store
+from tests.support.waits import until
 
 pytestmark = pytest.mark.slow
 
@@ -53,22 +52,9 @@ class ConstantSampler:
         return [SampledSequence(self.reply, tuple(-0.1 for _ in self.reply), StopReason.STOP)] * num_samples
 
 
-@pytest.fixture(scope="module")
-def renderer(tmp_path_factory: pytest.TempPathFactory) -> renderers.Renderer:
-    model_dir = build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
-    return get_renderer("qwen3_instruct", get_tokenizer(str(model_dir)))
-
-
-@pytest.fixture
-async def store() -> agl.InMemoryLightningStore:
-    return agl.InMemoryLightningStore(thread_safe=True)
-
-
 @pytest.fixture
 async def endpoint(store: agl.InMemoryLightningStore, renderer: renderers.Renderer) -> AsyncIterator[PolicyEndpoint]:
-    async with PolicyEndpoint(store, renderer, EndpointConfig(defaults=SamplingDefaults(max_tokens=8))) as ep:
-        ep.set_sampler(ConstantSampler(renderer, delay_s=0.01))
-        await store.add_resources({"main_llm": ep.as_resource()})
+    async with policy_endpoint(store, renderer, max_tokens=8, sampler=ConstantSampler(renderer, delay_s=0.01)) as ep:
         yield ep
 
 
@@ -77,7 +63,6 @@ async def run_all(
     agent: agl.LitAgent[Any],
     tasks: Sequence[dict[str, Any]],
     concurrency: int,
-    timeout_s: float = 90.0,
 ) -> list[agl.Rollout]:
     """Enqueue ``tasks``, serve them with one concurrent runner in this loop, return the finished rollouts."""
     stop = ThreadingEvent()
@@ -85,12 +70,8 @@ async def run_all(
         run_concurrent_runner(agent, store, stop, concurrency=concurrency, poll_interval_s=0.01)
     )
     try:
-        ids = [(await store.enqueue_rollout(input=task, mode="train")).rollout_id for task in tasks]
-        deadline = time.monotonic() + timeout_s
-        while len(await store.wait_for_rollouts(rollout_ids=ids, timeout=0)) < len(ids):
-            assert time.monotonic() < deadline, "rollouts did not finish"
-            assert not runner.done(), runner
-            await asyncio.sleep(0.02)
+        ids = await enqueue(store, tasks)
+        await wait_finished(store, ids, watch=runner)
         return [cast(agl.Rollout, await store.get_rollout_by_id(rid)) for rid in ids]
     finally:
         stop.set()
@@ -158,10 +139,7 @@ async def test_a_rollout_cancelled_in_the_store_stops_its_agent_and_frees_its_sl
             await asyncio.sleep(0.01)
         await store.update_rollout(hung.rollout_id, status="cancelled")
         quick = await store.enqueue_rollout(input={"n": 1, "sleep_s": 0.0}, mode="train")
-        started = time.monotonic()
-        while len(await store.wait_for_rollouts(rollout_ids=[quick.rollout_id], timeout=0)) < 1:
-            assert time.monotonic() - started < 10, "the only slot stayed held by the cancelled rollout"
-            await asyncio.sleep(0.02)
+        await wait_finished(store, [quick.rollout_id], hung="the only slot stayed held by the cancelled rollout")
         finished = await store.get_rollout_by_id(quick.rollout_id)
         assert finished is not None and finished.status == "succeeded"
         assert concurrent_agents.IN_AGENT == 0, "the cancelled agent is still running"
@@ -175,18 +153,13 @@ async def test_a_rollout_cancelled_in_the_store_stops_its_agent_and_frees_its_sl
 async def test_one_runner_process_runs_its_rollouts_at_once(
     store: agl.InMemoryLightningStore,
 ) -> None:
-    """A slow LLM (1.5 s per rollout): 12 rollouts in one process end together, not one after another."""
+    """A slow LLM that answers only once all 12 are waiting for it: 12 rollouts in one process end together,
+    not one after another (one after another, none would end)."""
     async with served_store(store) as server:
         await store.add_resources({"main_llm": agl.LLM(endpoint="http://127.0.0.1:9/v1", model="none")})
-        with RunnerProcesses("tests.integration.concurrent_agents:sleeper", server.endpoint, 1, concurrency=16):
-            ids = [
-                (await store.enqueue_rollout(input={"n": n, "sleep_s": 1.5}, mode="train")).rollout_id
-                for n in range(12)
-            ]
-            deadline = time.monotonic() + 120
-            while len(await store.wait_for_rollouts(rollout_ids=ids, timeout=0)) < len(ids):
-                assert time.monotonic() < deadline, "rollouts did not finish"
-                await asyncio.sleep(0.05)
+        with RunnerProcesses("tests.integration.concurrent_agents:gathering", server.endpoint, 1, concurrency=16):
+            ids = await enqueue(store, [{"n": n, "together": 12} for n in range(12)])
+            await wait_finished(store, ids)
         rollouts = [cast(agl.Rollout, await store.get_rollout_by_id(rid)) for rid in ids]
         assert [r.status for r in rollouts] == ["succeeded"] * 12
         starts = sorted(cast(float, r.start_time) for r in rollouts)
@@ -209,19 +182,38 @@ async def test_a_reward_from_a_thread_the_agent_started_goes_to_the_only_open_ro
 async def test_stopping_runner_processes_waits_one_deadline_for_all_of_them(
     store: agl.InMemoryLightningStore,
 ) -> None:
-    """Three processes, each inside a 60 s rollout: stop(2 s) kills them all after one 2 s wait, not 3 x 2 s."""
+    """Three processes, each inside a 60 s rollout: stop(2 s) kills them all after one 2 s wait, not 3 x 2 s.
+
+    The waits are recorded, not timed: each process is waited for what is left of the one deadline."""
     async with served_store(store) as server:
         await store.add_resources({"main_llm": agl.LLM(endpoint="http://127.0.0.1:9/v1", model="none")})
         runners = RunnerProcesses("tests.integration.concurrent_agents:sleeper", server.endpoint, 3, concurrency=1)
         with runners:
             for n in range(3):
                 await store.enqueue_rollout(input={"n": n, "sleep_s": 60.0}, mode="train")
-            deadline = time.monotonic() + 120
-            while len(await store.query_rollouts(status_in=["preparing", "running"])) < 3:
-                assert time.monotonic() < deadline, "the three processes did not each take a rollout"
-                await asyncio.sleep(0.05)
-            started = time.monotonic()
+            await until(lambda: taken(store, 3), "the three processes did not each take a rollout", interval_s=0.05)
+            waits = [record_waits(process) for process in runners._processes]
             await asyncio.to_thread(runners.stop, 2.0)
-            stopped_s = time.monotonic() - started
         assert runners.alive == 0
-        assert 2.0 <= stopped_s < 5.0, f"stop took {stopped_s:.1f} s: the processes were waited for one after another"
+        assert [p.exitcode for p in runners._processes] == [-signal.SIGKILL] * 3, "each was still in its rollout"
+        budgets = [before_kill[0] for before_kill in waits]
+        assert budgets[0] <= 2.0 and sum(budgets) <= 2.0 + 1e-3, (
+            f"waits of {budgets} s: the processes were waited for one after another"
+        )
+
+
+async def taken(store: agl.LightningStore, n: int) -> bool:
+    return len(await store.query_rollouts(status_in=["preparing", "running"])) >= n
+
+
+def record_waits(process: Any) -> list[float]:
+    """The timeouts ``process.join`` is called with, in order, as the process is waited for."""
+    timeouts: list[float] = []
+    join = process.join
+
+    def recorded(timeout: float | None = None) -> None:
+        timeouts.append(float("inf") if timeout is None else timeout)
+        join(timeout)
+
+    process.join = recorded
+    return timeouts

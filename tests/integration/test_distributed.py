@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import agentlightning as agl
 import pytest
 
@@ -11,20 +9,13 @@ from adapters.agl_runners import RunnerProcesses
 from adapters.agl_store import AglRolloutStore, AglTripletSource
 from app.usecases.rollouts import RolloutOptions, run_rollouts
 from ports.rollout_store import RolloutRequest
-from tests.integration.served_store import served_store
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[agl.LightningStoreServer]:
-    async with served_store() as served:
-        yield served
 
 
 @pytest.mark.slow
-async def test_runner_process_completes_rollouts_enqueued_over_http(server: agl.LightningStoreServer) -> None:
-    client = agl.LightningStoreClient(server.endpoint)
+async def test_runner_process_completes_rollouts_enqueued_over_http(store_server: agl.LightningStoreServer) -> None:
+    client = agl.LightningStoreClient(store_server.endpoint)
     update = await client.add_resources({"main_llm": agl.LLM(endpoint="http://127.0.0.1:9/v1", model="none")})
-    with RunnerProcesses("tests.integration.agents:reward_only", server.endpoint, 1) as runners:
+    with RunnerProcesses("tests.integration.agents:reward_only", store_server.endpoint, 1) as runners:
         results = await run_rollouts(
             [RolloutRequest(task={"reward": r}, mode="train", resources_id=update.resources_id) for r in (1.0, 0.0)],
             store=AglRolloutStore(client),

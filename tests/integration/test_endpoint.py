@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -12,30 +11,17 @@ from typing import Any, cast
 import agentlightning as agl
 import openai
 import pytest
-from agentlightning.execution import ThreadingEvent
 from tinker_cookbook import renderers
-from tinker_cookbook.renderers import get_renderer
-from tinker_cookbook.tokenizer_utils import get_tokenizer
 
-from adapters.agl_runners import run_runner
 from adapters.endpoint import EndpointConfig, MasterKeyRequired, PolicyEndpoint
-from adapters.local import LocalSampler, build_tiny_model
-from domain.sampling import SamplingDefaults
+from adapters.local import LocalSampler
 from ports.policy import SampledSequence, SamplingParams, StopReason
+from tests.support.endpoints import policy_endpoint
+from tests.support.rollouts import run
 
 pytestmark = pytest.mark.slow
 
 QUESTION = "Please answer with a single number."
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
-
-
-@pytest.fixture(scope="module")
-def renderer(model_dir: Path) -> renderers.Renderer:
-    return get_renderer("qwen3_instruct", get_tokenizer(str(model_dir)))
 
 
 class FixedSampler:
@@ -91,31 +77,13 @@ async def number_agent(task: dict[str, str], llm: agl.LLM) -> None:
 
 
 @pytest.fixture
-async def store() -> agl.InMemoryLightningStore:
-    return agl.InMemoryLightningStore(thread_safe=True)
-
-
-@pytest.fixture
 async def endpoint(store: agl.InMemoryLightningStore, renderer: renderers.Renderer) -> AsyncIterator[PolicyEndpoint]:
-    async with PolicyEndpoint(store, renderer, EndpointConfig(defaults=SamplingDefaults(max_tokens=32))) as ep:
+    async with policy_endpoint(store, renderer, max_tokens=32, published=False) as ep:
         yield ep
 
 
-async def run_rollouts(
-    store: agl.InMemoryLightningStore, tasks: Sequence[dict[str, str]], timeout_s: float = 30.0
-) -> list[str]:
-    stop = ThreadingEvent()
-    runner = asyncio.create_task(run_runner(number_agent, store, stop, poll_interval_s=0.02))
-    try:
-        ids = [(await store.enqueue_rollout(input=task, mode="train")).rollout_id for task in tasks]
-        deadline = time.monotonic() + timeout_s
-        while len(await store.wait_for_rollouts(rollout_ids=ids, timeout=0)) < len(ids):
-            assert time.monotonic() < deadline, "rollouts did not finish"
-            await asyncio.sleep(0.02)
-        return ids
-    finally:
-        stop.set()
-        await asyncio.wait_for(runner, 10)
+async def run_rollouts(store: agl.InMemoryLightningStore, tasks: Sequence[dict[str, str]]) -> list[str]:
+    return await run(store, number_agent, tasks, succeeded=False)
 
 
 async def triplets_of(store: agl.InMemoryLightningStore, rollout_id: str) -> list[agl.Triplet]:
@@ -159,9 +127,9 @@ class TestRolloutsThroughTheProxy:
         assert sampler.loops == [asyncio.get_running_loop()] * 4
 
     async def test_a_real_local_sampler_serves_rollouts_with_its_own_logprobs(
-        self, store: agl.InMemoryLightningStore, endpoint: PolicyEndpoint, model_dir: Path
+        self, store: agl.InMemoryLightningStore, endpoint: PolicyEndpoint, tiny_model: Path
     ) -> None:
-        sampler = RecordingSampler(LocalSampler.from_pretrained(model_dir))
+        sampler = RecordingSampler(LocalSampler.from_pretrained(tiny_model))
         endpoint.set_sampler(sampler)
         await store.add_resources({"main_llm": endpoint.as_resource()})
 

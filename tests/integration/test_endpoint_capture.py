@@ -8,147 +8,43 @@ re-tokenisation of a reply would show.
 
 from __future__ import annotations
 
-import asyncio
-import json
-import threading
-import time
-from collections.abc import AsyncIterator, Iterator, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, cast
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import agentlightning as agl
 import pytest
-from agentlightning.execution import ThreadingEvent
 from tinker_cookbook import renderers
-from tinker_cookbook.renderers import get_renderer
-from tinker_cookbook.tokenizer_utils import get_tokenizer
 
-from adapters.agl_runners import run_runner
 from adapters.agl_store import AglTripletSource
 from adapters.client_triplets import PolicyCallsOnly
 from adapters.cookbook_training import CookbookTrainingData
 from adapters.cookbook_types import to_trajectory_group
-from adapters.endpoint import EndpointConfig, PolicyEndpoint
+from adapters.endpoint import PolicyEndpoint
 from adapters.endpoint_triplets import EndpointTraceToTriplet
-from adapters.local import build_tiny_model
-from domain.sampling import SamplingDefaults
-from domain.trajectory import ReconstructedTrajectory, reconstruct_trajectory
-from ports.policy import SampledSequence, SamplingParams, StopReason
+from domain.trajectory import reconstruct_trajectory
 from ports.training_data import KLPenalty
 from tests.integration import capture_agents
+from tests.support.endpoints import policy_endpoint
+from tests.support.rollouts import run, trajectory
+from tests.support.samplers import CharSampler
+from tests.support.vllm import VllmStyleServer
 
 pytestmark = pytest.mark.slow
 
 QUESTION = "Guess my number."
 
 
-@pytest.fixture(scope="module")
-def renderer(tmp_path_factory: pytest.TempPathFactory) -> renderers.Renderer:
-    model_dir = build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
-    return get_renderer("qwen3_instruct", get_tokenizer(str(model_dir)))
-
-
-class CharSampler:
-    """Replies ``replies[i]`` on its i-th call, one token per character (never the canonical tokens)."""
-
-    def __init__(self, renderer: renderers.Renderer, replies: Sequence[str]) -> None:
-        tokenizer = renderer.tokenizer
-        self.im_end = cast(int, tokenizer.convert_tokens_to_ids("<|im_end|>"))
-        self.replies = [
-            (*(t for ch in reply for t in tokenizer.encode(ch, add_special_tokens=False)), self.im_end)
-            for reply in replies
-        ]
-        self.prompts: list[tuple[int, ...]] = []
-        self.outputs: list[SampledSequence] = []
-
-    async def sample(
-        self, prompt_tokens: Sequence[int], params: SamplingParams, num_samples: int = 1
-    ) -> Sequence[SampledSequence]:
-        await asyncio.sleep(0)
-        tokens = self.replies[len(self.prompts) % len(self.replies)]
-        self.prompts.append(tuple(prompt_tokens))
-        sequence = SampledSequence(tokens, tuple(-0.01 * (i + 1) for i in range(len(tokens))), StopReason.STOP)
-        self.outputs.append(sequence)
-        return [sequence] * num_samples
-
-
-@pytest.fixture
-async def store() -> agl.InMemoryLightningStore:
-    return agl.InMemoryLightningStore(thread_safe=True)
-
-
 @pytest.fixture
 async def endpoint(store: agl.InMemoryLightningStore, renderer: renderers.Renderer) -> AsyncIterator[PolicyEndpoint]:
-    async with PolicyEndpoint(store, renderer, EndpointConfig(defaults=SamplingDefaults(max_tokens=32))) as ep:
-        await store.add_resources({"main_llm": ep.as_resource()})
+    async with policy_endpoint(store, renderer, max_tokens=32) as ep:
         yield ep
 
 
 @pytest.fixture(scope="module")
 def helper_url() -> Iterator[str]:
     """An untrained helper/judge on a vLLM-style server: it returns token ids beyond the policy's vocabulary."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("content-length", 0)))
-            body = json.dumps(
-                {
-                    "id": "chatcmpl-helper",
-                    "object": "chat.completion",
-                    "created": int(time.time()),
-                    "model": "helper",
-                    "prompt_token_ids": [900_000, 900_001],
-                    "choices": [
-                        {
-                            "index": 0,
-                            "finish_reason": "stop",
-                            "message": {"role": "assistant", "content": "think of 4"},
-                            "token_ids": [999_999, 999_998],
-                            "logprobs": {"content": [{"token": "x", "logprob": -0.5, "top_logprobs": []}] * 2},
-                        }
-                    ],
-                    "usage": {"prompt_tokens": 2, "completion_tokens": 2, "total_tokens": 4},
-                }
-            ).encode()
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            return
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-
-
-async def run(
-    store: agl.InMemoryLightningStore, agent: agl.LitAgent[Any], tasks: Sequence[dict[str, Any]]
-) -> list[str]:
-    stop = ThreadingEvent()
-    runner = asyncio.create_task(run_runner(agent, store, stop, poll_interval_s=0.02))
-    try:
-        ids = [(await store.enqueue_rollout(input=task, mode="train")).rollout_id for task in tasks]
-        deadline = time.monotonic() + 60
-        while len(await store.wait_for_rollouts(rollout_ids=ids, timeout=0)) < len(ids):
-            assert time.monotonic() < deadline, "rollouts did not finish"
-            await asyncio.sleep(0.02)
-        for rollout_id in ids:
-            rollout = await store.get_rollout_by_id(rollout_id)
-            assert rollout is not None and rollout.status == "succeeded", rollout
-        return ids
-    finally:
-        stop.set()
-        await asyncio.wait_for(runner, 10)
-
-
-async def trajectory(store: agl.InMemoryLightningStore, rollout_id: str) -> ReconstructedTrajectory:
-    spans = await store.query_spans(rollout_id, "latest")
-    return reconstruct_trajectory(AglTripletSource(EndpointTraceToTriplet()).adapt(list(spans)))
+    with VllmStyleServer("helper", "think of 4", [999_999, 999_998], ["x", "x"]).serving() as server:
+        yield server.url
 
 
 @pytest.mark.parametrize(

@@ -11,42 +11,26 @@ import agentlightning as agl
 import openai
 import pytest
 from tinker_cookbook import renderers
-from tinker_cookbook.renderers import get_renderer
-from tinker_cookbook.tokenizer_utils import get_tokenizer
 
-from adapters.agl_store import AglTripletSource
 from adapters.cookbook_training import CookbookTrainingData
 from adapters.cookbook_types import to_trajectory_group
-from adapters.endpoint import EndpointConfig, PolicyEndpoint
+from adapters.endpoint import PolicyEndpoint
 from adapters.endpoint_capture import CHOICE, COMPLETION_SPAN, EXTENDS, N_CHOICES, PREFIX, RESPONSE_IDS
 from adapters.endpoint_triplets import EndpointTraceToTriplet
-from adapters.local import build_tiny_model
-from domain.sampling import SamplingDefaults
-from domain.trajectory import ReconstructedTrajectory, reconstruct_trajectory
+from domain.trajectory import ReconstructedTrajectory
 from ports.training_data import KLPenalty
-from tests.integration.prompt_sampler import PromptSampler
-from tests.integration.test_examples import run
+from tests.support.endpoints import policy_endpoint
+from tests.support.rollouts import run, trajectory
+from tests.support.samplers import PromptSampler
 
 pytestmark = pytest.mark.slow
 
 QUESTION = [{"role": "user", "content": "Pick a colour."}]
 
 
-@pytest.fixture(scope="module")
-def renderer(tmp_path_factory: pytest.TempPathFactory) -> renderers.Renderer:
-    model_dir = build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
-    return get_renderer("qwen3_instruct", get_tokenizer(str(model_dir)))
-
-
-@pytest.fixture
-def store() -> agl.InMemoryLightningStore:
-    return agl.InMemoryLightningStore(thread_safe=True)
-
-
 @pytest.fixture
 async def endpoint(store: agl.InMemoryLightningStore, renderer: renderers.Renderer) -> AsyncIterator[PolicyEndpoint]:
-    async with PolicyEndpoint(store, renderer, EndpointConfig(defaults=SamplingDefaults(max_tokens=64))) as ep:
-        await store.add_resources({"main_llm": ep.as_resource()})
+    async with policy_endpoint(store, renderer, max_tokens=64) as ep:
         yield ep
 
 
@@ -56,13 +40,6 @@ async def rollout_client(store: agl.InMemoryLightningStore, endpoint: PolicyEndp
     assert isinstance(resource, agl.ProxyLLM)
     base = resource.get_base_url(attempted.rollout_id, attempted.attempt.attempt_id)
     return attempted.rollout_id, openai.AsyncOpenAI(base_url=base, api_key="unused", max_retries=0)
-
-
-async def adapt(
-    store: agl.InMemoryLightningStore, rollout_id: str, adapter: EndpointTraceToTriplet | None = None
-) -> ReconstructedTrajectory:
-    spans = await store.query_spans(rollout_id, "latest")
-    return reconstruct_trajectory(AglTripletSource(adapter or EndpointTraceToTriplet()).adapt(list(spans)))
 
 
 async def datums(result: ReconstructedTrajectory) -> list[tuple[int, ...]]:
@@ -104,7 +81,7 @@ class TestChoices:
         assert list(continuation.attributes[EXTENDS]) == [seq_first, 1]
         assert continuation.attributes[PREFIX] == "extended"
         adapter = EndpointTraceToTriplet()
-        result = await adapt(store, rollout_id, adapter)
+        result = await trajectory(store, rollout_id, adapter)
         blue, because = sampler.outputs[0][1], sampler.outputs[1][0]
         assert [t.ac for t in result.transitions] == [blue.tokens, because.tokens]
         assert [t.logprobs for t in result.transitions] == [blue.logprobs, because.logprobs]
@@ -127,7 +104,7 @@ class TestChoices:
 
         assert len(last.choices) == 2
         adapter = EndpointTraceToTriplet()
-        result = await adapt(store, rollout_id, adapter)
+        result = await trajectory(store, rollout_id, adapter)
         assert [t.ac for t in result.transitions] == [sampler.outputs[0][0].tokens]  # only the single-choice turn
         assert adapter.ambiguous_choices == 1
         spans = [s for s in await store.query_spans(rollout_id) if s.name == COMPLETION_SPAN]
@@ -177,7 +154,7 @@ class TestParallelCalls:
             continued.append(await client.chat.completions.create(model="policy", messages=history))  # type: ignore[arg-type]
 
         assert [r.choices[0].message.content for r in continued] == ["A2.", "B2."]
-        result = await adapt(store, rollout_id)
+        result = await trajectory(store, rollout_id)
         texts = [renderer.tokenizer.decode(list(t.ac)) for t in result.transitions]
         assert texts == ["A1.<|im_end|>", "A2.<|im_end|>", "B1.<|im_end|>", "B2.<|im_end|>"]
         spans = [s for s in await store.query_spans(rollout_id) if s.name == COMPLETION_SPAN]
@@ -213,7 +190,7 @@ class TestRewards:
         (rollout_id,) = await run(store, two_rewards_after_one_call, [{"question": "Pick a colour."}])
 
         adapter = EndpointTraceToTriplet()
-        result = await adapt(store, rollout_id, adapter)
+        result = await trajectory(store, rollout_id, adapter)
         assert [t.reward for t in result.transitions] == [pytest.approx(0.75)]
         assert adapter.unattributed_rewards == 0
 
@@ -225,7 +202,7 @@ class TestRewards:
         (rollout_id,) = await run(store, reward_before_any_call, [{"question": "Pick a colour."}])
 
         adapter = EndpointTraceToTriplet()
-        result = await adapt(store, rollout_id, adapter)
+        result = await trajectory(store, rollout_id, adapter)
         assert [t.reward for t in result.transitions] == [1.0]
         assert adapter.unattributed_rewards == 1
         spans = [s for s in await store.query_spans(rollout_id) if s.name == COMPLETION_SPAN]

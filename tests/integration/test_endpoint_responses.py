@@ -18,23 +18,18 @@ import httpx
 import openai
 import pytest
 from tinker_cookbook import renderers
-from tinker_cookbook.renderers import get_renderer
-from tinker_cookbook.tokenizer_utils import get_tokenizer
 
-from adapters.agl_store import AglTripletSource
 from adapters.endpoint import EndpointConfig, PolicyEndpoint
 from adapters.endpoint_capture import COMPLETION_SPAN, LOGPROBS, PREFIX, RESPONSE_IDS
-from adapters.endpoint_triplets import EndpointTraceToTriplet
-from adapters.local import build_tiny_model
 from domain.sampling import SamplingDefaults
-from domain.trajectory import ReconstructedTrajectory, reconstruct_trajectory
-from tests.integration.prompt_sampler import PromptSampler
-from tests.integration.test_examples import assert_extends, assert_one_datum_each, model_dir, train_overrides
+from tests.support.endpoints import policy_endpoint
+from tests.support.rollouts import trajectory
+from tests.support.runs import example_overrides
+from tests.support.samplers import TOOL_CALL, PromptSampler
+from tests.support.trajectories import assert_extends, assert_one_datum_each
 
 pytestmark = pytest.mark.slow
-__all__ = ["model_dir"]  # a fixture shared with test_examples
 
-TOOL_CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
 ADD = {
     "type": "function",
     "name": "add",
@@ -44,20 +39,9 @@ ADD = {
 }
 
 
-@pytest.fixture(scope="module")
-def renderer(tmp_path_factory: pytest.TempPathFactory) -> renderers.Renderer:
-    model_dir = build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
-    return get_renderer("qwen3_instruct", get_tokenizer(str(model_dir)))
-
-
-@pytest.fixture
-def store() -> agl.InMemoryLightningStore:
-    return agl.InMemoryLightningStore(thread_safe=True)
-
-
 @pytest.fixture
 async def endpoint(store: agl.InMemoryLightningStore, renderer: renderers.Renderer) -> AsyncIterator[PolicyEndpoint]:
-    async with PolicyEndpoint(store, renderer, EndpointConfig(defaults=SamplingDefaults(max_tokens=64))) as ep:
+    async with policy_endpoint(store, renderer, max_tokens=64, published=False) as ep:
         yield ep
 
 
@@ -71,11 +55,6 @@ async def rollout_base(store: agl.InMemoryLightningStore, endpoint: PolicyEndpoi
 async def completion_spans(store: agl.InMemoryLightningStore, rollout_id: str) -> list[agl.Span]:
     spans = [s for s in await store.query_spans(rollout_id) if s.name == COMPLETION_SPAN]
     return sorted(spans, key=lambda s: s.sequence_id)
-
-
-async def trajectory(store: agl.InMemoryLightningStore, rollout_id: str) -> ReconstructedTrajectory:
-    spans = await store.query_spans(rollout_id, "latest")
-    return reconstruct_trajectory(AglTripletSource(EndpointTraceToTriplet()).adapt(list(spans)))
 
 
 def rendered(renderer: renderers.Renderer, messages: list[Any]) -> list[int]:
@@ -415,13 +394,13 @@ class TestRoutes:
 
 class TestReportedFailures:
     async def test_a_run_that_trains_nothing_names_the_route_its_agents_were_refused(
-        self, tmp_path: Path, model_dir: Path
+        self, tmp_path: Path, tiny_model: Path
     ) -> None:
         from app.config import load_config
         from app.launch import train
         from app.usecases.steps import NothingToTrain
 
-        overrides = train_overrides(tmp_path, model_dir, "multiturn", "guess_number")
+        overrides = example_overrides(tmp_path, tiny_model, "multiturn", "guess_number")
         overrides = [o for o in overrides if not o.startswith("agent=")]
         overrides += ["agent=tests.integration.refused_agents:legacy_completions_agent", "max_empty_batches=1"]
         cfg = load_config(None, overrides).unwrap()

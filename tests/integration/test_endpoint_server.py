@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from typing import Any, cast
 
 import agentlightning as agl
@@ -19,14 +19,11 @@ import litellm
 import openai
 import pytest
 from tinker_cookbook import renderers
-from tinker_cookbook.renderers import get_renderer
-from tinker_cookbook.tokenizer_utils import get_tokenizer
 
 from adapters.endpoint import EndpointConfig, EndpointError, PolicyEndpoint
 from adapters.endpoint_capture import COMPLETION_SPAN, LOGPROBS, POLICY_VERSION, PROMPT_IDS, RESPONSE_IDS
-from adapters.local import build_tiny_model
-from domain.sampling import SamplingDefaults
-from ports.policy import SampledSequence, SamplingParams, StopReason
+from tests.support.endpoints import policy_endpoint
+from tests.support.samplers import CharSampler
 
 pytestmark = pytest.mark.slow
 
@@ -34,41 +31,14 @@ QUESTION = "Guess my number."
 MESSAGES: list[openai.types.chat.ChatCompletionMessageParam] = [{"role": "user", "content": QUESTION}]
 
 
-@pytest.fixture(scope="module")
-def renderer(tmp_path_factory: pytest.TempPathFactory) -> renderers.Renderer:
-    model_dir = build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
-    return get_renderer("qwen3_instruct", get_tokenizer(str(model_dir)))
-
-
-class ScriptedSampler:
-    """Replies ``reply`` one token per character, with known logprobs; records the loop of each call."""
-
-    def __init__(self, renderer: renderers.Renderer, reply: str, delay_s: float = 0.0) -> None:
-        tokenizer = renderer.tokenizer
-        im_end = cast(int, tokenizer.convert_tokens_to_ids("<|im_end|>"))
-        self.tokens = (*(t for ch in reply for t in tokenizer.encode(ch, add_special_tokens=False)), im_end)
-        self.logprobs = tuple(-0.0625 * (i + 1) for i in range(len(self.tokens)))
-        self.delay_s = delay_s
-        self.prompts: list[tuple[int, ...]] = []
-        self.loops: list[asyncio.AbstractEventLoop] = []
-
-    async def sample(
-        self, prompt_tokens: Sequence[int], params: SamplingParams, num_samples: int = 1
-    ) -> Sequence[SampledSequence]:
-        self.loops.append(asyncio.get_running_loop())
-        await asyncio.sleep(self.delay_s)
-        self.prompts.append(tuple(prompt_tokens))
-        return [SampledSequence(self.tokens, self.logprobs, StopReason.STOP)] * num_samples
-
-
-@pytest.fixture
-def store() -> agl.InMemoryLightningStore:
-    return agl.InMemoryLightningStore(thread_safe=True)
+def scripted(renderer: renderers.Renderer, reply: str, delay_s: float = 0.0) -> CharSampler:
+    """Replies ``reply`` one token per character, with logprobs exact in any float width."""
+    return CharSampler(renderer, [reply], delay_s=delay_s, step=0.0625)
 
 
 @pytest.fixture
 async def endpoint(store: agl.InMemoryLightningStore, renderer: renderers.Renderer) -> AsyncIterator[PolicyEndpoint]:
-    async with PolicyEndpoint(store, renderer, EndpointConfig(defaults=SamplingDefaults(max_tokens=32))) as ep:
+    async with policy_endpoint(store, renderer, max_tokens=32, published=False) as ep:
         assert ep.config.server == "lean"
         yield ep
 
@@ -90,7 +60,7 @@ class TestClients:
     async def test_async_openai_under_a_rollout_url_gets_token_ids_and_the_completion_is_recorded(
         self, store: agl.InMemoryLightningStore, endpoint: PolicyEndpoint, renderer: renderers.Renderer
     ) -> None:
-        sampler = ScriptedSampler(renderer, "I'm 42.")
+        sampler = scripted(renderer, "I'm 42.")
         endpoint.set_sampler(sampler)
         rollout_id, attempt_id, base = await rollout_url(store, endpoint)
         assert base == f"{endpoint.endpoint.removesuffix('/v1')}/rollout/{rollout_id}/attempt/{attempt_id}"
@@ -121,7 +91,7 @@ class TestClients:
     async def test_the_sync_openai_client_is_served_from_another_thread(
         self, endpoint: PolicyEndpoint, renderer: renderers.Renderer
     ) -> None:
-        endpoint.set_sampler(ScriptedSampler(renderer, "I'm 7."))
+        endpoint.set_sampler(scripted(renderer, "I'm 7."))
         client = openai.OpenAI(base_url=endpoint.endpoint, api_key="unused", max_retries=0)
 
         reply = await asyncio.to_thread(client.chat.completions.create, model="policy", messages=MESSAGES)
@@ -136,7 +106,7 @@ class TestClients:
     async def test_litellm_with_an_api_base_and_streaming(
         self, store: agl.InMemoryLightningStore, endpoint: PolicyEndpoint, renderer: renderers.Renderer
     ) -> None:
-        endpoint.set_sampler(ScriptedSampler(renderer, "I'm 5."))
+        endpoint.set_sampler(scripted(renderer, "I'm 5."))
         rollout_id, _, base = await rollout_url(store, endpoint)
 
         reply = await litellm.acompletion(model="openai/policy", api_base=base, api_key="unused", messages=MESSAGES)
@@ -154,7 +124,7 @@ class TestClients:
     async def test_an_openai_stream_carries_content_token_ids_logprobs_and_the_finish_reason(
         self, endpoint: PolicyEndpoint, renderer: renderers.Renderer
     ) -> None:
-        sampler = ScriptedSampler(renderer, "I'm 3.")
+        sampler = scripted(renderer, "I'm 3.")
         endpoint.set_sampler(sampler)
         client = openai.AsyncOpenAI(base_url=endpoint.endpoint, api_key="unused", max_retries=0)
 
@@ -177,7 +147,7 @@ class TestClients:
     async def test_raw_http_on_every_route(
         self, store: agl.InMemoryLightningStore, endpoint: PolicyEndpoint, renderer: renderers.Renderer
     ) -> None:
-        endpoint.set_sampler(ScriptedSampler(renderer, "I'm 9."))
+        endpoint.set_sampler(scripted(renderer, "I'm 9."))
         rollout_id, _, base = await rollout_url(store, endpoint)
         root = endpoint.endpoint.removesuffix("/v1")
         body = {"model": "policy", "messages": MESSAGES}
@@ -202,7 +172,7 @@ class TestClients:
         replies: dict[str, dict[str, Any]] = {}
         for server in ("lean", "litellm"):
             config = EndpointConfig(server=cast(Any, server))
-            async with PolicyEndpoint(store, renderer, config, sampler=ScriptedSampler(renderer, "I'm 1.")) as ep:
+            async with PolicyEndpoint(store, renderer, config, sampler=scripted(renderer, "I'm 1.")) as ep:
                 async with httpx.AsyncClient() as client:
                     response = await client.post(
                         f"{ep.endpoint}/chat/completions", json={"model": "policy", "messages": MESSAGES}
@@ -222,9 +192,9 @@ class TestPolicyVersions:
         client = openai.AsyncOpenAI(base_url=base, api_key="unused", max_retries=0)
         url = endpoint.endpoint
 
-        endpoint.set_sampler(ScriptedSampler(renderer, "I'm 1."))
+        endpoint.set_sampler(scripted(renderer, "I'm 1."))
         first = await client.chat.completions.create(model="policy", messages=MESSAGES)
-        version = endpoint.set_sampler(ScriptedSampler(renderer, "I'm 2."))
+        version = endpoint.set_sampler(scripted(renderer, "I'm 2."))
         second = await client.chat.completions.create(model="policy", messages=MESSAGES)
 
         assert (first.choices[0].message.content, second.choices[0].message.content) == ("I'm 1.", "I'm 2.")
@@ -240,7 +210,7 @@ class TestErrors:
     async def test_a_bad_request_gets_a_400_with_the_reason(
         self, endpoint: PolicyEndpoint, renderer: renderers.Renderer
     ) -> None:
-        sampler = ScriptedSampler(renderer, "I'm 6.")
+        sampler = scripted(renderer, "I'm 6.")
         endpoint.set_sampler(sampler)
         client = openai.AsyncOpenAI(base_url=endpoint.endpoint, api_key="unused", max_retries=0)
         with pytest.raises(openai.BadRequestError, match=r"n 99 must lie in"):
@@ -261,7 +231,7 @@ class TestErrors:
         self, store: agl.InMemoryLightningStore, renderer: renderers.Renderer
     ) -> None:
         config = EndpointConfig(request_timeout_s=0.05)
-        sampler = ScriptedSampler(renderer, "x", delay_s=5.0)
+        sampler = scripted(renderer, "x", delay_s=5.0)
         async with PolicyEndpoint(store, renderer, config, sampler=sampler) as ep, httpx.AsyncClient() as client:
             response = await client.post(
                 f"{ep.endpoint}/chat/completions", json={"model": "policy", "messages": MESSAGES}
@@ -274,7 +244,7 @@ class TestErrors:
     ) -> None:
         monkeypatch.setenv("AGL_TINKER_MASTER_KEY", "sk-lean-canary")
         config = EndpointConfig(host="0.0.0.0")
-        async with PolicyEndpoint(store, renderer, config, sampler=ScriptedSampler(renderer, "I'm 8.")) as ep:
+        async with PolicyEndpoint(store, renderer, config, sampler=scripted(renderer, "I'm 8.")) as ep:
             url = f"http://127.0.0.1:{httpx.URL(ep.endpoint).port}"
             async with httpx.AsyncClient() as client:
                 assert (await client.get(f"{url}/health/liveliness")).status_code == 200

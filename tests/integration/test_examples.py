@@ -10,216 +10,43 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
-import time
-from collections.abc import AsyncIterator, Iterator, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import agentlightning as agl
 import pytest
-from agentlightning.execution import ThreadingEvent
 from tinker_cookbook import renderers
-from tinker_cookbook.renderers import get_renderer
-from tinker_cookbook.tokenizer_utils import get_tokenizer
 
-from adapters.agl_runners import run_runner
-from adapters.agl_store import AglTripletSource
-from adapters.cookbook_training import CookbookTrainingData
-from adapters.cookbook_types import to_trajectory_group
-from adapters.endpoint import EndpointConfig, PolicyEndpoint
+from adapters.endpoint import PolicyEndpoint
 from adapters.endpoint_capture import COMPLETION_SPAN, FINISH_REASON
-from adapters.endpoint_triplets import EndpointTraceToTriplet
-from adapters.local import build_tiny_model
-from adapters.run_log import METRICS_FILE
-from domain.sampling import SamplingDefaults
-from domain.trajectory import ReconstructedTrajectory, reconstruct_trajectory
-from ports.policy import SampledSequence, SamplingParams, StopReason
-from ports.training_data import KLPenalty
+from tests.support.endpoints import policy_endpoint
+from tests.support.rollouts import run, run_in_thread, trajectory
+from tests.support.runs import batch_lines, example_overrides
+from tests.support.samplers import TOOL_CALL, CharSampler
+from tests.support.trajectories import assert_exact, assert_extends, assert_one_datum_each
+from tests.support.vllm import VllmStyleServer
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-WAIT_S = 60.0
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
-
-
-@pytest.fixture(scope="module")
-def renderer(model_dir: Path) -> renderers.Renderer:
-    return get_renderer("qwen3_instruct", get_tokenizer(str(model_dir)))
-
-
-class ScriptedSampler:
-    """Replies ``replies[i]`` on its i-th call, one token per character, then ``<|im_end|>``."""
-
-    def __init__(self, renderer: renderers.Renderer, replies: Sequence[str]) -> None:
-        tokenizer = renderer.tokenizer
-        self.im_end = cast(int, tokenizer.convert_tokens_to_ids("<|im_end|>"))
-        self.replies = [
-            (*(t for ch in reply for t in tokenizer.encode(ch, add_special_tokens=False)), self.im_end)
-            for reply in replies
-        ]
-        self.prompts: list[tuple[int, ...]] = []
-        self.outputs: list[SampledSequence] = []
-
-    async def sample(
-        self, prompt_tokens: Sequence[int], params: SamplingParams, num_samples: int = 1
-    ) -> Sequence[SampledSequence]:
-        await asyncio.sleep(0)
-        tokens = self.replies[len(self.prompts) % len(self.replies)]
-        self.prompts.append(tuple(prompt_tokens))
-        sequence = SampledSequence(tokens, tuple(-0.01 * (i + 1) for i in range(len(tokens))), StopReason.STOP)
-        self.outputs.append(sequence)
-        return [sequence] * num_samples
-
-
-@pytest.fixture
-async def store() -> agl.InMemoryLightningStore:
-    return agl.InMemoryLightningStore(thread_safe=True)
 
 
 @pytest.fixture
 async def endpoint(store: agl.InMemoryLightningStore, renderer: renderers.Renderer) -> AsyncIterator[PolicyEndpoint]:
-    async with PolicyEndpoint(store, renderer, EndpointConfig(defaults=SamplingDefaults(max_tokens=64))) as ep:
-        await store.add_resources({"main_llm": ep.as_resource()})
+    async with policy_endpoint(store, renderer, max_tokens=64) as ep:
         yield ep
 
 
-class JudgeServer:
-    """An untrained judge on a vLLM-style server: replies "8" with token ids beyond the policy's vocabulary."""
-
-    def __init__(self) -> None:
-        self.requests: list[dict[str, Any]] = []
-        judge = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                judge.requests.append(json.loads(self.rfile.read(int(self.headers.get("content-length", 0)))))
-                body = json.dumps(
-                    {
-                        "id": "chatcmpl-judge",
-                        "object": "chat.completion",
-                        "created": int(time.time()),
-                        "model": "judge",
-                        "prompt_token_ids": [900_000, 900_001],
-                        "choices": [
-                            {
-                                "index": 0,
-                                "finish_reason": "stop",
-                                "message": {"role": "assistant", "content": "8"},
-                                "token_ids": [999_999],
-                                "logprobs": {"content": [{"token": "8", "logprob": -0.5, "top_logprobs": []}]},
-                            }
-                        ],
-                        "usage": {"prompt_tokens": 2, "completion_tokens": 1, "total_tokens": 3},
-                    }
-                ).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                return
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-
 @pytest.fixture(scope="module")
-def judge() -> Iterator[JudgeServer]:
-    server = JudgeServer()
-    thread = threading.Thread(target=server.server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.server.shutdown()
-
-
-async def wait_succeeded(store: agl.InMemoryLightningStore, ids: Sequence[str]) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while len(await store.wait_for_rollouts(rollout_ids=list(ids), timeout=0)) < len(ids):
-        assert time.monotonic() < deadline, "rollouts did not finish"
-        await asyncio.sleep(0.02)
-    for rollout_id in ids:
-        rollout = await store.get_rollout_by_id(rollout_id)
-        assert rollout is not None and rollout.status == "succeeded", rollout
-
-
-async def run(store: agl.InMemoryLightningStore, agent: agl.LitAgent[Any], tasks: Sequence[Any]) -> list[str]:
-    """Roll ``tasks`` out with an in-process runner on this event loop (async agents)."""
-    stop = ThreadingEvent()
-    runner = asyncio.create_task(run_runner(agent, store, stop, poll_interval_s=0.02))
-    try:
-        ids = [(await store.enqueue_rollout(input=task, mode="train")).rollout_id for task in tasks]
-        await wait_succeeded(store, ids)
-        return ids
-    finally:
-        stop.set()
-        await asyncio.wait_for(runner, 10)
-
-
-async def run_in_thread(store: agl.InMemoryLightningStore, agent: agl.LitAgent[Any], tasks: Sequence[Any]) -> list[str]:
-    """Roll ``tasks`` out with a runner on its own thread and loop: a sync agent blocks the loop it runs
-    on, and the endpoint samples on this test's loop."""
-    stop = ThreadingEvent()
-    errors: list[BaseException] = []
-
-    def host() -> None:
-        try:
-            asyncio.run(run_runner(agent, store, stop, poll_interval_s=0.02))
-        except BaseException as error:  # reported by the test below
-            errors.append(error)
-
-    thread = threading.Thread(target=host, name="sync-agent-runner", daemon=True)
-    thread.start()
-    try:
-        ids = [(await store.enqueue_rollout(input=task, mode="train")).rollout_id for task in tasks]
-        await wait_succeeded(store, ids)
-        return ids
-    finally:
-        stop.set()
-        await asyncio.to_thread(thread.join, 10)
-        assert not thread.is_alive() and not errors, errors
-
-
-async def trajectory(store: agl.InMemoryLightningStore, rollout_id: str) -> ReconstructedTrajectory:
-    spans = await store.query_spans(rollout_id, "latest")
-    return reconstruct_trajectory(AglTripletSource(EndpointTraceToTriplet()).adapt(list(spans)))
+def judge() -> Iterator[VllmStyleServer]:
+    """An untrained judge on a vLLM-style server: replies "8" with token ids beyond the policy's vocabulary."""
+    with VllmStyleServer("judge", "8", [999_999], ["8"]).serving() as server:
+        yield server
 
 
 def prompt(renderer: renderers.Renderer, messages: list[renderers.Message]) -> tuple[int, ...]:
     return tuple(renderer.build_generation_prompt(messages).to_ints())
-
-
-def assert_exact(result: ReconstructedTrajectory, sampler: ScriptedSampler, calls: slice = slice(None)) -> None:
-    """Each transition holds exactly what the sampler saw and produced on ``calls``, in order."""
-    assert not result.rejections
-    assert [t.ob for t in result.transitions] == sampler.prompts[calls]
-    assert [t.ac for t in result.transitions] == [o.tokens for o in sampler.outputs[calls]]
-    assert [t.logprobs for t in result.transitions] == [o.logprobs for o in sampler.outputs[calls]]
-
-
-def assert_extends(result: ReconstructedTrajectory) -> None:
-    for before, after in zip(result.transitions, result.transitions[1:], strict=False):
-        assert after.ob[: len(before.ob) + len(before.ac)] == before.ob + before.ac
-
-
-async def assert_one_datum_each(trajectories: Sequence[ReconstructedTrajectory]) -> None:
-    """The cookbook merges each multi-turn trajectory into one datum holding the history unchanged."""
-    group = to_trajectory_group(trajectories, [0.0] * len(trajectories), [{}] * len(trajectories), {})
-    data_D, metrics = await CookbookTrainingData().rl_data([group], KLPenalty(), None)
-    assert len(data_D) == len(trajectories)
-    assert metrics["reconstruct/merge_ratio"] == 1.0
-    for datum, result in zip(data_D, trajectories, strict=True):
-        last = result.transitions[-1]
-        assert (*datum.model_input, datum.target_tokens[-1]) == last.ob + last.ac
-        assert sum(datum.mask) == sum(len(t.ac) for t in result.transitions)
 
 
 def after_first_end(renderer: renderers.Renderer, short: list[Any], full: list[Any], im_end: int) -> tuple[int, ...]:
@@ -239,7 +66,7 @@ async def test_multiturn_async_guessing_merges_three_turns_into_one_datum(
     from examples.multiturn.agent import first_prompt, guess_number
 
     task = {"secret": 7, "low": 1, "high": 10, "max_turns": 3}
-    sampler = ScriptedSampler(renderer, ["My guess: 3", "9?", "It is 7!"])
+    sampler = CharSampler(renderer, ["My guess: 3", "9?", "It is 7!"])
     endpoint.set_sampler(sampler)
 
     ids = await run(store, guess_number, [task, task])
@@ -267,7 +94,7 @@ async def test_multiturn_sync_guessing_runs_in_a_thread_hosted_runner_and_merges
 ) -> None:
     from examples.multiturn.agent import guess_number_sync
 
-    sampler = ScriptedSampler(renderer, ["5", "seven: 7"])
+    sampler = CharSampler(renderer, ["5", "seven: 7"])
     endpoint.set_sampler(sampler)
 
     (rollout_id,) = await run_in_thread(store, guess_number_sync, [{"secret": 7, "low": 1, "high": 10}])
@@ -282,8 +109,6 @@ async def test_multiturn_sync_guessing_runs_in_a_thread_hosted_runner_and_merges
 
 # --- tools -----------------------------------------------------------------------------------------
 
-TOOL_CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
-
 
 async def test_tool_calls_are_parsed_run_locally_answered_and_merged_into_one_datum(
     store: agl.InMemoryLightningStore, endpoint: PolicyEndpoint, renderer: renderers.Renderer
@@ -293,7 +118,7 @@ async def test_tool_calls_are_parsed_run_locally_answered_and_merged_into_one_da
     from examples.tools.agent import SYSTEM, TOOLS, calculator_agent
 
     task = {"question": "What is 2 + 3?", "answer": 5}
-    sampler = ScriptedSampler(renderer, [TOOL_CALL, "The answer is 5."])
+    sampler = CharSampler(renderer, [TOOL_CALL, "The answer is 5."])
     endpoint.set_sampler(sampler)
 
     (rollout_id,) = await run(store, calculator_agent, [task])
@@ -321,12 +146,12 @@ async def test_tool_calls_are_parsed_run_locally_answered_and_merged_into_one_da
 
 
 async def test_the_judges_calls_are_never_trained_and_its_score_is_the_reward(
-    store: agl.InMemoryLightningStore, endpoint: PolicyEndpoint, renderer: renderers.Renderer, judge: JudgeServer
+    store: agl.InMemoryLightningStore, endpoint: PolicyEndpoint, renderer: renderers.Renderer, judge: VllmStyleServer
 ) -> None:
     from examples.judge.agent import judged_agent
 
     task = {"question": "What do bees make?", "reference": "honey", "judge_url": judge.url}
-    sampler = ScriptedSampler(renderer, ["Honey."])
+    sampler = CharSampler(renderer, ["Honey."])
     endpoint.set_sampler(sampler)
     before = len(judge.requests)
 
@@ -377,7 +202,7 @@ async def test_string_task_agents_get_their_tasks_unchanged_and_yield_exact_toke
 ) -> None:
     from adapters.agl_runners import load_agent
 
-    sampler = ScriptedSampler(renderer, replies)
+    sampler = CharSampler(renderer, replies)
     endpoint.set_sampler(sampler)
 
     ids = await run(store, load_agent(reference), tasks)
@@ -398,29 +223,6 @@ async def test_string_task_agents_get_their_tasks_unchanged_and_yield_exact_toke
 # --- training each example -------------------------------------------------------------------------
 
 
-def batch_lines(run_dir: Path) -> list[dict[str, Any]]:
-    lines = [json.loads(line) for line in (run_dir / METRICS_FILE).read_text().splitlines()]
-    return [m for m in lines if "progress/batch" in m]
-
-
-def train_overrides(tmp_path: Path, model_dir: Path, name: str, agent: str) -> list[str]:
-    return [
-        f"agent=examples.{name}.{'hello' if name == 'hello' else 'agent'}:{agent}",
-        f"tasks={ROOT / 'examples' / name / 'tasks.jsonl'}",
-        f"log_path={tmp_path / 'run'}",
-        f"policy.model_path={model_dir}",
-        "batch_size=2",
-        "group_size=2",
-        "max_tokens=16",
-        "warm_start.steps=0",
-        "n_runners=1",
-        "eval_every=0",
-        "save_every=0",
-        "rollout_timeout_s=60",
-        "max_batches=2",
-    ]
-
-
 @pytest.mark.parametrize(
     ("name", "agent"),
     [
@@ -433,13 +235,13 @@ def train_overrides(tmp_path: Path, model_dir: Path, name: str, agent: str) -> l
     ],
 )
 async def test_each_example_trains_two_batches_on_the_tiny_model(
-    tmp_path: Path, model_dir: Path, judge: JudgeServer, monkeypatch: pytest.MonkeyPatch, name: str, agent: str
+    tmp_path: Path, tiny_model: Path, judge: VllmStyleServer, monkeypatch: pytest.MonkeyPatch, name: str, agent: str
 ) -> None:
     from app.config import load_config
     from app.launch import train
 
     monkeypatch.setenv("JUDGE_BASE_URL", judge.url)  # the runner processes inherit it
-    cfg = load_config(None, train_overrides(tmp_path, model_dir, name, agent)).unwrap()
+    cfg = load_config(None, example_overrides(tmp_path, tiny_model, name, agent)).unwrap()
 
     summary = await asyncio.wait_for(train(cfg), 150)
 
@@ -465,7 +267,7 @@ async def test_each_example_trains_two_batches_on_the_tiny_model(
     ],
 )
 def test_each_example_trains_through_agl_trainer_fit(
-    tmp_path: Path, model_dir: Path, judge: JudgeServer, monkeypatch: pytest.MonkeyPatch, name: str, agent: str
+    tmp_path: Path, tiny_model: Path, judge: VllmStyleServer, monkeypatch: pytest.MonkeyPatch, name: str, agent: str
 ) -> None:
     import importlib
 
@@ -474,7 +276,7 @@ def test_each_example_trains_through_agl_trainer_fit(
     from app.launch import free_port
 
     monkeypatch.setenv("JUDGE_BASE_URL", judge.url)  # the trainer's runner processes inherit it
-    overrides = train_overrides(tmp_path, model_dir, name, agent)
+    overrides = example_overrides(tmp_path, tiny_model, name, agent)
     cfg = load_config(None, [o for o in overrides if not o.startswith(("agent=", "tasks=", "n_runners="))]).unwrap()
     tasks = [json.loads(line) for line in (ROOT / "examples" / name / "tasks.jsonl").read_text().splitlines()]
     trainer = agl.Trainer(

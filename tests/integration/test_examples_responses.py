@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import agentlightning as agl
@@ -17,24 +18,20 @@ from tinker_cookbook import renderers
 
 from adapters.endpoint import PolicyEndpoint
 from adapters.endpoint_capture import COMPLETION_SPAN, PREFIX
-from tests.integration.test_examples import (
-    TOOL_CALL,
-    ScriptedSampler,
-    assert_exact,
-    assert_extends,
-    assert_one_datum_each,
-    batch_lines,
-    endpoint,
-    model_dir,
-    renderer,
-    run,
-    store,
-    train_overrides,
-    trajectory,
-)
+from tests.support.endpoints import policy_endpoint
+from tests.support.rollouts import run, trajectory
+from tests.support.runs import batch_lines, example_overrides
+from tests.support.samplers import TOOL_CALL, CharSampler
+from tests.support.trajectories import assert_exact, assert_extends, assert_one_datum_each
 
 pytestmark = pytest.mark.slow
-__all__ = ["endpoint", "model_dir", "renderer", "store"]  # the fixtures, shared with test_examples
+
+
+@pytest.fixture
+async def endpoint(store: agl.InMemoryLightningStore, renderer: renderers.Renderer) -> AsyncIterator[PolicyEndpoint]:
+    async with policy_endpoint(store, renderer, max_tokens=64) as ep:
+        yield ep
+
 
 needs_agents_sdk = pytest.mark.skipif(
     importlib.util.find_spec("agents") is None,
@@ -48,7 +45,7 @@ async def test_a_responses_api_game_over_three_turns_trains_as_one_datum_per_gam
     from examples.responses.agent import guess_number_responses
 
     task = {"secret": 7, "low": 1, "high": 10, "max_turns": 3}
-    sampler = ScriptedSampler(renderer, ["My guess: 3", "9?", "It is 7!"])
+    sampler = CharSampler(renderer, ["My guess: 3", "9?", "It is 7!"])
     endpoint.set_sampler(sampler)
 
     ids = await run(store, guess_number_responses, [task, task])
@@ -72,7 +69,7 @@ async def test_an_agents_sdk_run_with_a_tool_call_trains_as_one_datum(
 ) -> None:
     from examples.agents_sdk.agent import agents_sdk_calculator
 
-    sampler = ScriptedSampler(renderer, [TOOL_CALL, "The answer is 5."])
+    sampler = CharSampler(renderer, [TOOL_CALL, "The answer is 5."])
     endpoint.set_sampler(sampler)
 
     (rollout_id,) = await run(store, agents_sdk_calculator, [{"question": "What is 2 + 3?", "answer": 5}])
@@ -96,12 +93,12 @@ async def test_an_agents_sdk_run_with_a_tool_call_trains_as_one_datum(
     ],
 )
 async def test_the_responses_examples_train_two_batches_on_the_tiny_model(
-    tmp_path: Path, model_dir: Path, name: str, agent: str
+    tmp_path: Path, tiny_model: Path, name: str, agent: str
 ) -> None:
     from app.config import load_config
     from app.launch import train
 
-    cfg = load_config(None, train_overrides(tmp_path, model_dir, name, agent)).unwrap()
+    cfg = load_config(None, example_overrides(tmp_path, tiny_model, name, agent)).unwrap()
 
     summary = await asyncio.wait_for(train(cfg), 150)
 

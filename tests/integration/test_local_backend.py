@@ -25,11 +25,6 @@ from ports.policy import (
 )
 
 
-@pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
-
-
 @pytest.fixture
 def trainer(tiny_model: Path, tmp_path: Path) -> LocalTrainer:
     return LocalTrainer(tiny_model, checkpoint_dir=tmp_path / "ckpt")

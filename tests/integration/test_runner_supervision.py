@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import time
 from collections.abc import AsyncIterator
 
 import agentlightning as agl
@@ -18,11 +17,11 @@ import pytest
 from adapters.agl_runners import RunnerProcesses
 from adapters.agl_store import AglRolloutStore, AglTripletSource
 from adapters.store_workers import StoreWorkers
-from app.usecases.rollouts import RUN_TIMEOUT, RUNNER_DIED, NoRunners, OnResult, RolloutOptions, run_rollouts
+from app.usecases.rollouts import RUN_TIMEOUT, RUNNER_DIED, NoRunners, RolloutOptions, run_rollouts
 from domain.groups import TIMED_OUT, RolloutResult
 from ports.rollout_store import RolloutRequest
 from ports.runner_pool import RunnerPool
-from tests.integration.served_store import served_store
+from tests.support.waits import HANG_S, until
 
 pytestmark = pytest.mark.slow
 
@@ -31,14 +30,8 @@ RUNNER_KINDS = pytest.mark.parametrize("concurrency", [None, 1], ids=["stock", "
 
 
 @pytest.fixture
-async def server() -> AsyncIterator[agl.LightningStoreServer]:
-    async with served_store() as served:
-        yield served
-
-
-@pytest.fixture
-async def client(server: agl.LightningStoreServer) -> AsyncIterator[agl.LightningStoreClient]:
-    store = agl.LightningStoreClient(server.endpoint)
+async def client(store_server: agl.LightningStoreServer) -> AsyncIterator[agl.LightningStoreClient]:
+    store = agl.LightningStoreClient(store_server.endpoint)
     yield store
     await store.close()
 
@@ -48,7 +41,6 @@ async def run(
     runners: RunnerPool,
     options: RolloutOptions,
     *tasks: dict[str, float],
-    on_result: OnResult | None = None,
 ) -> list[RolloutResult]:
     update = await client.add_resources({"main_llm": agl.LLM(endpoint="http://127.0.0.1:9/v1", model="none")})
     requests = [RolloutRequest(task=t, mode="train", resources_id=update.resources_id) for t in tasks]
@@ -63,35 +55,34 @@ async def run(
                 concurrency=len(tasks),
                 runners=runners,
             ),
-            on_result=on_result,
         ),
-        timeout=90,
+        timeout=2 * HANG_S,  # several runner processes start (and restart) in one run
     )
+
+
+async def running(client: agl.LightningStoreClient) -> bool:
+    return bool(await client.query_rollouts(status_in=["preparing", "running"]))
 
 
 @pytest.mark.fault
 @RUNNER_KINDS
 async def test_a_runner_killed_mid_rollout_is_restarted_and_its_rollout_ends_at_once(
-    server: agl.LightningStoreServer, client: agl.LightningStoreClient, concurrency: int | None
+    store_server: agl.LightningStoreServer, client: agl.LightningStoreClient, concurrency: int | None
 ) -> None:
     """runner SIGKILL mid-rollout -> its rollout ends at once (runner_died), the runner restarts, the batch ends"""
     runners = RunnerProcesses(
-        "tests.integration.agents:reward_only", server.endpoint, 1, backoff_s=0.2, concurrency=concurrency
+        "tests.integration.agents:reward_only", store_server.endpoint, 1, backoff_s=0.2, concurrency=concurrency
     )
-    killed_at: list[float] = []
-    ended_at: dict[int, float] = {}
 
     async def kill_once_taken() -> None:
-        while not await client.query_rollouts(status_in=["preparing", "running"]):
-            await asyncio.sleep(0.05)
+        await until(lambda: running(client), "no runner took a rollout", interval_s=0.05)
         pid = runners._processes[0].pid
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
-        killed_at.append(time.monotonic())
 
     with runners:
         runners.supervise()
-        killer = asyncio.create_task(asyncio.wait_for(kill_once_taken(), 60))
+        killer = asyncio.create_task(kill_once_taken())
         results = await run(
             client,
             runners,
@@ -99,33 +90,30 @@ async def test_a_runner_killed_mid_rollout_is_restarted_and_its_rollout_ends_at_
             {"reward": 1.0, "sleep_s": 30.0},
             {"reward": 1.0},
             {"reward": 0.0},
-            on_result=lambda index, _: ended_at.setdefault(index, time.monotonic()),
         )
         await killer
         assert runners.restarts == 1 and runners.alive == 1
+    # Ended as runner_died (at once), not timed out at its 60 s deadline.
     assert [(r.status, r.reason) for r in results] == [("failed", RUNNER_DIED), ("succeeded", ""), ("succeeded", "")]
-    assert ended_at[0] - killed_at[0] < 3, "the killed rollout ended at once, not at its 60 s deadline"
 
 
 @pytest.mark.fault
 @RUNNER_KINDS
 async def test_runners_that_die_on_every_rollout_end_the_batch_with_one_line(
-    server: agl.LightningStoreServer, client: agl.LightningStoreClient, concurrency: int | None
+    store_server: agl.LightningStoreServer, client: agl.LightningStoreClient, concurrency: int | None
 ) -> None:
     """all runners die on every rollout -> they are given up and the batch ends with one NoRunners line"""
     runners = RunnerProcesses(
         "tests.integration.agents:crashing_agent",
-        server.endpoint,
+        store_server.endpoint,
         1,
         max_crashes=2,
         backoff_s=0.2,
         concurrency=concurrency,
     )
-    started = time.monotonic()
-    with runners, pytest.raises(NoRunners) as caught:
+    with runners, pytest.raises(NoRunners) as caught:  # the runners given up, not a 300 s deadline, ends it
         runners.supervise()
         await run(client, runners, RolloutOptions(rollout_timeout_s=300, queue_timeout_s=300), *[{"crash": 1.0}] * 4)
-    assert time.monotonic() - started < 80, "ended long before any deadline"
     assert runners.given_up and runners.alive == 0
     message = str(caught.value)
     assert "\n" not in message and "0 of 1 runner processes alive" in message, message
@@ -134,7 +122,7 @@ async def test_runners_that_die_on_every_rollout_end_the_batch_with_one_line(
 @pytest.mark.fault
 @RUNNER_KINDS
 async def test_a_hung_agent_times_out_at_the_running_deadline_and_its_runner_is_restarted(
-    server: agl.LightningStoreServer, client: agl.LightningStoreClient, concurrency: int | None
+    store_server: agl.LightningStoreServer, client: agl.LightningStoreClient, concurrency: int | None
 ) -> None:
     """hanging agent -> timed out at the running deadline, its runner restarted, later rollouts succeed
 
@@ -142,7 +130,7 @@ async def test_a_hung_agent_times_out_at_the_running_deadline_and_its_runner_is_
     itself, and since this sync agent ignores that and holds its only slot, it exits to be restarted.
     """
     runners = RunnerProcesses(
-        "tests.integration.agents:reward_only", server.endpoint, 1, backoff_s=0.2, concurrency=concurrency
+        "tests.integration.agents:reward_only", store_server.endpoint, 1, backoff_s=0.2, concurrency=concurrency
     )
     with runners:
         runners.supervise()
@@ -160,10 +148,12 @@ async def test_a_hung_agent_times_out_at_the_running_deadline_and_its_runner_is_
 
 @pytest.mark.fault
 async def test_a_runner_slower_to_start_than_the_deadline_loses_no_rollout(
-    server: agl.LightningStoreServer, client: agl.LightningStoreClient
+    store_server: agl.LightningStoreServer, client: agl.LightningStoreClient
 ) -> None:
     """runner start-up slower than the rollout deadline -> no rollout lost (the clock starts when one is taken)"""
-    runners = RunnerProcesses("tests.integration.slow_import_agent:slow_to_import", server.endpoint, 1, concurrency=4)
+    runners = RunnerProcesses(
+        "tests.integration.slow_import_agent:slow_to_import", store_server.endpoint, 1, concurrency=4
+    )
     with runners:
         runners.supervise()
         results = await run(
@@ -194,35 +184,27 @@ async def test_a_worker_silent_in_the_store_is_taken_for_dead_until_it_speaks_ag
 
 @pytest.mark.fault
 async def test_a_remote_runner_killed_mid_rollout_ends_its_rollout_once_it_falls_silent(
-    server: agl.LightningStoreServer, client: agl.LightningStoreClient
+    store_server: agl.LightningStoreServer, client: agl.LightningStoreClient
 ) -> None:
     """runner on another machine SIGKILLed mid-rollout -> its rollout ends as runner_died once its worker is silent
 
     Not at its 300 s deadline: the trainer did not start it and only sees its worker record in the store.
     """
-    remote = RunnerProcesses("tests.integration.agents:reward_only", server.endpoint, 1, concurrency=4)
-    killed_at: list[float] = []
-    ended_at: dict[int, float] = {}
+    remote = RunnerProcesses("tests.integration.agents:reward_only", store_server.endpoint, 1, concurrency=4)
 
     async def kill_once_taken() -> None:
-        while not await client.query_rollouts(status_in=["preparing", "running"]):
-            await asyncio.sleep(0.05)
+        await until(lambda: running(client), "the remote runner took no rollout", interval_s=0.05)
         await asyncio.sleep(0.5)
         pid = remote._processes[0].pid
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
-        killed_at.append(time.monotonic())
 
     with remote:
         async with StoreWorkers(client, silence_s=3.0).watch(interval_s=0.5) as watched:
-            killer = asyncio.create_task(asyncio.wait_for(kill_once_taken(), 60))
+            killer = asyncio.create_task(kill_once_taken())
             results = await run(
-                client,
-                watched,
-                RolloutOptions(rollout_timeout_s=300),
-                {"reward": 1.0, "sleep_s": 120.0},
-                on_result=lambda index, _: ended_at.setdefault(index, time.monotonic()),
+                client, watched, RolloutOptions(rollout_timeout_s=300), {"reward": 1.0, "sleep_s": 120.0}
             )
             await killer
+    # Ended as runner_died once the worker fell silent, not timed out at its 300 s deadline.
     assert [(r.status, r.reason) for r in results] == [("failed", RUNNER_DIED)]
-    assert ended_at[0] - killed_at[0] < 15, "ended after the worker's silence, not at the 300 s deadline"

@@ -5,11 +5,10 @@ Real ``LightningStoreServer`` processes and runner processes on 127.0.0.1; every
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
-import time
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -20,9 +19,11 @@ import pytest
 from adapters.agl_runners import RunnerProcesses
 from adapters.agl_store import AglRolloutStore, AglTripletSource
 from adapters.store_auth import TokenStoreClient, protect
-from app.launch import free_port
 from app.usecases.rollouts import RolloutOptions, run_rollouts
 from ports.rollout_store import RolloutRequest
+from tests.support.processes import alive, stop
+from tests.support.stores import free_port, store_process
+from tests.support.waits import HANG_S, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -83,18 +84,12 @@ async def test_runner_processes_with_the_token_execute_rollouts_and_export_their
 def test_the_cli_store_beyond_loopback_generates_a_token_and_refuses_requests_without_it() -> None:
     """`agl-tinker store --host 0.0.0.0` without a token -> one is generated; requests without it get 401"""
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if k != "AGL_TINKER_STORE_TOKEN"}
-    env |= {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "TINKER_TELEMETRY": "0"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "app.faces.cli", "store", "--host", "0.0.0.0", "--port", str(port)],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
+    process = store_process(port, "--host", "0.0.0.0", stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    hang = threading.Timer(HANG_S, process.kill)  # a store that never prints its token: its output ends
+    hang.start()
     try:
         assert process.stdout is not None
-        line = ""
-        deadline = time.monotonic() + 60
-        while "store token" not in line and time.monotonic() < deadline:
-            line = process.stdout.readline()
+        line = next((line for line in process.stdout if "store token" in line), "")
         token = line.rsplit(": ", 1)[-1].strip()
         assert len(token) >= 32, line
         base = f"http://127.0.0.1:{port}/v1/agl"
@@ -102,11 +97,8 @@ def test_the_cli_store_beyond_loopback_generates_a_token_and_refuses_requests_wi
         ok = httpx.post(base + "/rollouts/search", json={}, headers={"Authorization": f"Bearer {token}"})
         assert ok.status_code == 200
     finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        hang.cancel()
+        stop(process)
 
 
 @pytest.mark.fault
@@ -126,20 +118,5 @@ def test_runner_processes_exit_when_their_trainer_is_killed(tmp_path: Path) -> N
     children = [int(pid) for pid in parent.stdout.readline().split()]
     assert len(children) == 2
     parent.send_signal(signal.SIGKILL)
-    parent.wait(10)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and any(_alive(pid) for pid in children):
-        time.sleep(0.2)
-    assert not any(_alive(pid) for pid in children), "orphaned runners outlived their trainer"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split()[2] != "Z"
-    except OSError:
-        return False
+    parent.wait(HANG_S)
+    wait_until(lambda: not any(alive(pid) for pid in children), "orphaned runners outlived their trainer")

@@ -8,23 +8,25 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from adapters.tinker_backend import TinkerConfig, TinkerError, TinkerTrainer
 from adapters.tinker_server.skyrl import SkyrlServer, find_python312, install, tiny_model_dir
 from ports.policy import AdamParams, LossName, SamplingParams, TrainingDatum
+from tests.support.cli import cli as run_cli
+from tests.support.cli import cli_env
+from tests.support.runs import metrics_lines
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 RANK = 8
+CONNECT_S = 300.0
+"""Connecting only fails a test on a hang: a server busy on a loaded machine may answer after the default 60 s."""
 
 
 @pytest.fixture(scope="module")
@@ -42,16 +44,8 @@ def api_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TINKER_API_KEY", "tml-local-test-key")  # the SDK wants one; SkyRL checks none
 
 
-def cli(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "TINKER_API_KEY": "tml-local-test-key", "COLUMNS": "200"}
-    return subprocess.run(
-        [sys.executable, "-m", "app.faces.cli", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-    )
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return run_cli(*args, timeout=900, env=cli_env(TINKER_API_KEY="tml-local-test-key", COLUMNS="200"))
 
 
 def train_args(url: str, model: Path, run: Path, *extra: str) -> list[str]:
@@ -75,10 +69,6 @@ def train_args(url: str, model: Path, run: Path, *extra: str) -> list[str]:
     ]
 
 
-def metric_lines(run: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-
-
 def test_train_resume_on_a_fresh_client_and_extend_through_the_server(
     server: tuple[SkyrlServer, Path], tmp_path: Path
 ) -> None:
@@ -97,9 +87,9 @@ def test_train_resume_on_a_fresh_client_and_extend_through_the_server(
     assert second.returncode == 0, second.stderr[-3000:]
     assert f"resuming after batch 2 from {records[-1]['state_path']}" in second.stderr
     assert "LoadWeights is not permitted" not in second.stderr
-    steps = [m["progress/batch"] for m in metric_lines(run) if "progress/batch" in m]
+    steps = [m["progress/batch"] for m in metrics_lines(run) if "progress/batch" in m]
     assert steps == [0, 1, 2]
-    losses = [m["optim/loss:sum"] for m in metric_lines(run) if "optim/loss:sum" in m]
+    losses = [m["optim/loss:sum"] for m in metrics_lines(run) if "optim/loss:sum" in m]
     assert len(losses) == 3 and all(math.isfinite(x) for x in losses)
     assert "loss      nan" not in first.stderr + second.stderr
     last = json.loads((run / "checkpoints.jsonl").read_text().splitlines()[-1])
@@ -111,7 +101,14 @@ async def test_every_loss_function_trains_through_the_server(server: tuple[Skyrl
     """Each of Tinker's losses once: training logprobs equal the sampler's, the loss is Tinker's sum, steps move."""
     skyrl, model = server
     trainer = await TinkerTrainer.connect(
-        TinkerConfig(base_model=str(model), lora_rank=RANK, train_unembed=False, base_url=skyrl.url, seed=1)
+        TinkerConfig(
+            base_model=str(model),
+            lora_rank=RANK,
+            train_unembed=False,
+            base_url=skyrl.url,
+            seed=1,
+            connect_timeout_s=CONNECT_S,
+        )
     )
     sampler = await trainer.sampler("losses-0")
     prompt = [5, 17, 42, 9]
@@ -149,7 +146,9 @@ async def test_a_lora_target_skyrl_would_not_train_is_refused_at_connect(server:
     """The SDK's default trains the output layer, which SkyRL ignores: connecting fails with one line saying so."""
     skyrl, model = server
     with pytest.raises(TinkerError) as info:
-        await TinkerTrainer.connect(TinkerConfig(base_model=str(model), lora_rank=RANK, base_url=skyrl.url))
+        await TinkerTrainer.connect(
+            TinkerConfig(base_model=str(model), lora_rank=RANK, base_url=skyrl.url, connect_timeout_s=CONNECT_S)
+        )
     message = str(info.value)
     assert "create_lora_training_client" in message and skyrl.url in message
     assert "train_unembed=true" in message and "policy.train_unembed=false" in message
@@ -177,7 +176,9 @@ async def test_the_kl_reference_scores_beside_training_where_the_server_allows_i
     """The reference is a sampling client of its own; on SkyRL 0.4.0, sampling an old checkpoint would load it
     into the training slot, so the proxy refuses it by name and this test skips with that reason."""
     skyrl, model = server
-    config = TinkerConfig(base_model=str(model), lora_rank=RANK, train_unembed=False, base_url=skyrl.url)
+    config = TinkerConfig(
+        base_model=str(model), lora_rank=RANK, train_unembed=False, base_url=skyrl.url, connect_timeout_s=CONNECT_S
+    )
     trainer = await TinkerTrainer.connect(config)
     tokens = [5, 17, 42, 9, 11, 3]
     datum = TrainingDatum(model_input=tuple(tokens[:-1]), target_tokens=tuple(tokens[1:]), weights=(1.0,) * 5)

@@ -4,18 +4,21 @@ the LLMProxy endpoint over the local backend, the tracer, reconstruction, cookbo
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from adapters.run_log import CHECKPOINTS_FILE, METRICS_FILE
+from adapters.run_log import CHECKPOINTS_FILE
 from app.config import TrainConfig, load_config
-from app.launch import free_port, train
+from app.launch import train
 from app.usecases.steps import REWARD_KEY, NothingToTrain, TrainingHooks
+from tests.support.cli import cli, cli_process
+from tests.support.processes import stop
+from tests.support.runs import batch_lines
+from tests.support.stores import free_port, store_process, wait_healthy
+from tests.support.waits import HANG_S, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -37,14 +40,6 @@ def config(tmp_path: Path, **overrides: Any) -> TrainConfig:
         "rollout_timeout_s=60",
     ]
     return load_config(None, base + [f"{k}={v}" for k, v in overrides.items()]).unwrap()
-
-
-def metrics_lines(run: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (run / METRICS_FILE).read_text().splitlines()]
-
-
-def batch_lines(run: Path) -> list[dict[str, Any]]:
-    return [m for m in metrics_lines(run) if "progress/batch" in m]
 
 
 async def test_the_reward_rises_through_the_real_pipeline(tmp_path: Path) -> None:
@@ -135,18 +130,6 @@ def test_the_cli_reports_a_run_that_never_trained_as_one_error_line(tmp_path: Pa
     assert "trained batches" not in result.stderr
 
 
-def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "AGL_TINKER_MASTER_KEY"}
-    return subprocess.run(
-        [sys.executable, "-m", "app.faces.cli", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-    )
-
-
 @pytest.mark.parametrize(
     ("args", "code", "message"),
     [
@@ -174,7 +157,6 @@ def test_sigterm_stops_a_background_training_run_in_order(tmp_path: Path) -> Non
     off). SIGTERM used to raise ``KeyboardInterrupt`` wherever the loop was: inside an endpoint request,
     uvicorn logged it as an application error and the run went on to the end."""
     import signal
-    import time
 
     run = tmp_path / "run"
     args = [
@@ -182,31 +164,28 @@ def test_sigterm_stops_a_background_training_run_in_order(tmp_path: Path) -> Non
         "batch_size=4", "group_size=8", "max_tokens=4", "warm_start.steps=2", "eval_every=0", "save_every=1",
         "max_batches=500",
     ]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if k != "AGL_TINKER_MASTER_KEY"}
     log = tmp_path / "stderr.txt"
     with log.open("w") as stderr_file:  # a file, not a pipe nobody reads until the end
-        process = subprocess.Popen(
-            [sys.executable, "-m", "app.faces.cli", "train", *args],
-            cwd=ROOT,
-            env=env,
+        process = cli_process(
+            "train",
+            *args,
             stdout=subprocess.DEVNULL,
             stderr=stderr_file,
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
         )
     try:
-        deadline = time.monotonic() + 240
-        while not (run / CHECKPOINTS_FILE).exists() or len((run / CHECKPOINTS_FILE).read_text().splitlines()) < 2:
+
+        def second_checkpoint() -> bool:
             assert process.poll() is None, "the run ended before it was signalled"
-            assert time.monotonic() < deadline, "no second checkpoint in 240 s"
-            time.sleep(0.2)
+            return (run / CHECKPOINTS_FILE).exists() and len((run / CHECKPOINTS_FILE).read_text().splitlines()) >= 2
+
+        wait_until(second_checkpoint, "no second checkpoint", timeout_s=2 * HANG_S)
         process.send_signal(signal.SIGTERM)
-        signalled = time.monotonic()
-        process.wait(timeout=60)
+        process.wait(timeout=HANG_S)
     finally:
         if process.poll() is None:
             process.kill()
     stderr = log.read_text()
-    print(f"exit {process.returncode} {time.monotonic() - signalled:.1f} s after SIGTERM")
 
     assert process.returncode == 143, stderr
     errors = [line for line in stderr.splitlines() if line.startswith("error:")]
@@ -225,30 +204,15 @@ def test_show_config_prints_the_resolved_settings(tmp_path: Path) -> None:
 
 async def test_distributed_training_with_the_store_and_runners_in_other_processes(tmp_path: Path) -> None:
     """``agl-tinker store`` and ``agl-tinker runner`` as separate processes, the trainer attached by URL."""
-    import asyncio
-    import signal
-
-    import agentlightning as agl
-
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "TINKER_TELEMETRY": "0"}
-    store = subprocess.Popen([sys.executable, "-m", "app.faces.cli", "store", "--port", str(port)], cwd=ROOT, env=env)
+    store = store_process(port)
     runners = None
     try:
-        client = agl.LightningStoreClient(url)
-        for _ in range(300):
-            try:
-                await asyncio.wait_for(client.query_rollouts(limit=1), 1.0)
-                break
-            except Exception:
-                await asyncio.sleep(0.2)
-        await client.close()
-        runners = subprocess.Popen(
-            [sys.executable, "-m", "app.faces.cli", "runner", "--store", url, "-n", "2", "--agent",
-             "tests.integration.training_agents:always_seven_agent"],
-            cwd=ROOT, env=env,
-        )  # fmt: skip
+        await wait_healthy(url, process=store)
+        runners = cli_process(
+            "runner", "--store", url, "-n", "2", "--agent", "tests.integration.training_agents:always_seven_agent"
+        )
         cfg = config(tmp_path, store_url=url, n_runners=0, max_batches=2, eval_every=1)
         summary = await train(cfg)
 
@@ -260,12 +224,7 @@ async def test_distributed_training_with_the_store_and_runners_in_other_processe
         assert len(summary.evals) == 3
     finally:
         for process in (runners, store):
-            if process is not None:
-                process.send_signal(signal.SIGINT)
-                try:
-                    process.wait(30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
+            stop(process)
 
 
 async def test_one_train_step_moves_the_next_samplers_logprobs_with_the_advantages(tmp_path: Path) -> None:

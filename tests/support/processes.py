@@ -1,0 +1,36 @@
+"""Processes the tests start: stopped in order, and whether one is still alive."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+
+
+def stop(
+    process: subprocess.Popen[str] | subprocess.Popen[bytes] | None,
+    sig: int = signal.SIGINT,
+    timeout_s: float = 30.0,
+    group: bool = False,
+) -> None:
+    """Send ``sig``; kill the process (its whole group when ``group``) if it has not exited after ``timeout_s``."""
+    if process is None or process.poll() is not None:
+        return
+    process.send_signal(sig)
+    try:
+        process.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        if group:
+            os.killpg(process.pid, signal.SIGKILL)
+        else:
+            process.kill()
+        process.wait(10)
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs: a zombie (killed, not yet reaped, as orphans here wait for PID 1) counts as dead."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
