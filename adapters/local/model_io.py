@@ -12,10 +12,18 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
+def quiet_transformers() -> None:
+    """No per-file progress bars from transformers: a run's terminal shows the run's own progress."""
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
+
+
 def load_model(path: str | Path, dtype: torch.dtype) -> PreTrainedModel:
     """Load a causal LM from a local directory (never the network)."""
     from transformers import AutoModelForCausalLM
 
+    quiet_transformers()
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, local_files_only=True)
     return cast("PreTrainedModel", model)
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, cast
+
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
-from pathlib import Path
 
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
@@ -145,6 +146,9 @@ def build_tiny_model(
     finally:
         torch.random.set_rng_state(generator_state)
     out_dir.mkdir(parents=True, exist_ok=True)
+    from adapters.local.model_io import quiet_transformers
+
+    quiet_transformers()
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     return out_dir
