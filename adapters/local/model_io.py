@@ -16,7 +16,7 @@ def quiet_transformers() -> None:
     """No per-file progress bars from transformers: a run's terminal shows the run's own progress."""
     from transformers.utils import logging as transformers_logging
 
-    transformers_logging.disable_progress_bar()
+    transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
 
 
 def load_model(path: str | Path, dtype: torch.dtype) -> PreTrainedModel:
