@@ -35,7 +35,7 @@ async def endpoint(store: agl.InMemoryLightningStore, renderer: renderers.Render
 
 needs_agents_sdk = pytest.mark.skipif(
     importlib.util.find_spec("agents") is None,
-    reason="openai-agents is not installed beside the lock: pip install --no-deps openai-agents==0.24.0 griffelib",
+    reason="openai-agents is not installed: scripts/bootstrap.sh installs it (the project's `agents` extra)",
 )
 
 
