@@ -9,4 +9,6 @@ export LITELLM_LOCAL_MODEL_COST_MAP=True TINKER_TELEMETRY=0
 .venv/bin/python -m adapters.tinker_server.skyrl --install-only || echo "Tinker-API server not installed: its tests will skip"
 .venv/bin/ruff check domain ports adapters app tests bench examples
 .venv/bin/mypy domain ports app
-.venv/bin/python -m pytest -q "$@"
+# Two test processes (pytest-xdist), each taking whole modules so a module's server or model is built once;
+# most tests wait on child processes, so two keep both cores busy. AGL_TINKER_TEST_WORKERS=0: one process.
+.venv/bin/python -m pytest -q -n "${AGL_TINKER_TEST_WORKERS:-2}" --dist loadfile "$@"
