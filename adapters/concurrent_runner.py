@@ -8,8 +8,9 @@ child tasks and ``asyncio.to_thread``), so the spans of concurrent rollouts neve
 else is Agent-lightning's: the store's queue (``dequeue_rollout`` under this process's worker id),
 its span type and sequence ids, ``emit_reward`` and the ``@agl.rollout`` agent's own
 ``training_rollout``/``validation_rollout`` (a ``ProxyLLM`` resource still becomes the rollout's own
-endpoint URL). A rollout's spans are written in one ``add_many_spans`` call when it ends, before its
-attempt is marked finished, so the loop reading a terminal status finds them.
+endpoint URL). A rollout's spans are written when it ends, before
+its attempt is marked finished, so the loop reading a terminal status finds them: over HTTP in one
+request with the status (``adapters.store_finish``), in process with ``add_many_spans``.
 
 Async agents run as tasks; sync agents on a thread pool of ``concurrency`` threads. A rollout that
 ends in the store while it runs (the loop cancelled it at its deadline) is cancelled here too: an
@@ -42,7 +43,8 @@ from agentlightning.tracer.base import clear_active_tracer, get_active_tracer, s
 from agentlightning.types import NamedResources, SpanCoreFields
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace import TracerProvider as TracerProviderImpl
-from pydantic import ValidationError
+
+from adapters.store_finish import AttemptEnd, FinishingClient
 
 logger = logging.getLogger(__name__)
 
@@ -212,6 +214,8 @@ class ConcurrentRunner:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         self._agent = agent
         self._store = store
+        self._finishing = FinishingClient(store) if isinstance(store, LightningStoreClient) else None
+        """Over HTTP: a finished rollout in one request (``adapters.store_finish``); in process: direct calls."""
         self._worker_id = worker_id
         self._concurrency = concurrency
         self._poll_interval_s = poll_interval_s
@@ -256,7 +260,12 @@ class ConcurrentRunner:
             self._executor.shutdown(wait=False, cancel_futures=True)
 
     async def _take(self) -> bool:
-        """Dequeue while slots are free; whether anything was taken."""
+        """Dequeue while slots are free; whether anything was taken.
+
+        One rollout a call (``dequeue_many_rollouts`` measured no faster in ``bench/bench_throughput.py``):
+        between calls other runner processes get their turn at the queue, so a batch spreads over the
+        processes instead of going whole to the first that polls.
+        """
         took = False
         while len(self._running) < self._concurrency:
             rollout = await self._store.dequeue_rollout(worker_id=self._worker_id)
@@ -358,32 +367,26 @@ class ConcurrentRunner:
         deadline; a rollout whose spans could not be stored is marked failed.
         """
         rollout_id, attempt_id = rollout.rollout_id, rollout.attempt.attempt_id
+        end: AttemptEnd = "succeeded" if status == "succeeded" else "failed"
         try:
+            if self._finishing is not None:
+                stored = [_stored(s, rollout_id, attempt_id, 0) for s in made]  # the server numbers them
+                await self._finishing.finish(rollout_id, attempt_id, stored, end)
+                self.finished += 1
+                return
             if made:
                 sequence_ids = await self._store.get_many_span_sequence_ids([(rollout_id, attempt_id)] * len(made))
-                await self._add_spans(
+                await self._store.add_many_spans(
                     [_stored(s, rollout_id, attempt_id, seq) for s, seq in zip(made, sequence_ids, strict=True)]
                 )
         except Exception:
             logger.exception("rollout %s: could not store its spans; marking it failed", rollout_id)
-            status = "failed"
+            end = "failed"
         try:
-            await self._store.update_attempt(rollout_id, attempt_id, status=status)
+            await self._store.update_attempt(rollout_id, attempt_id, status=end)
         except Exception:
             logger.exception("rollout %s: could not store its status", rollout_id)
         self.finished += 1
-
-    async def _add_spans(self, spans: Sequence[Span]) -> None:
-        if not isinstance(self._store, LightningStoreClient):
-            await self._store.add_many_spans(spans)
-            return
-        for span in spans:  # the client sends them one by one anyway
-            try:
-                await self._store.add_span(span)
-            except ValidationError:
-                # Stored; only the server's echo failed to parse: JSON turns a NaN reward into null. The
-                # NaN itself is the agent's, and reconstruction rejects and counts it.
-                continue
 
     async def _cancel_ended(self) -> None:
         """Cancel the agents of rollouts that ended in the store while running (timed out, cancelled)."""

@@ -42,6 +42,7 @@ from adapters.endpoint import EndpointConfig, PolicyEndpoint
 from adapters.endpoint_triplets import EndpointTraceToTriplet
 from adapters.run_log import CookbookMetricsLog, JsonlCheckpointLog
 from adapters.store_auth import STORE_TOKEN_ENV, TokenStoreClient, protect, store_token
+from adapters.store_finish import serve_finish
 from adapters.store_workers import StoreWorkers
 from app.config import DEMO, TrainConfig
 from app.demo import task as demo_task
@@ -256,7 +257,7 @@ async def open_store(config: TrainConfig) -> AsyncIterator[tuple[agl.LightningSt
     )
     token = store_token(generate=True)
     assert token is not None
-    protect(server, token)
+    serve_finish(protect(server, token))
     try:
         await server.start()
     except RuntimeError as error:

@@ -14,10 +14,10 @@ every rollout succeeded with exactly one triplet carrying its reward:
   (``LitAgentRunner``, one rollout per process, AgentOps tracer) and ``server="litellm"``
   (``LLMProxy``);
 - (c) the store's own limit: no agent and no endpoint. One process stands in for a runner
-  (``dequeue_rollout`` under its worker id, up to ``--runner-concurrency`` at once), stores the
-  spans one rollout of (a) left in the store (copied from (a), fresh ids) with
-  ``get_many_span_sequence_ids`` + ``add_many_spans`` and then ``update_attempt(succeeded)``, the
-  calls ``ConcurrentRunner`` makes; the same loop detects completion and rebuilds the triplets.
+  (``dequeue_many_rollouts`` under its worker id, up to ``--runner-concurrency`` at once), stores
+  the spans one rollout of (a) left in the store (copied from (a), fresh ids) and marks it succeeded
+  in one request (``adapters.store_finish``), the calls ``ConcurrentRunner`` makes; the same loop
+  detects completion and rebuilds the triplets.
 
 Runner processes are warmed up (each has finished a rollout with an LLM call) before timing.
 CPU seconds per rollout: this (trainer) process's ``time.process_time`` and the runner processes'
@@ -63,6 +63,7 @@ from adapters.agl_store import AglRolloutStore, AglTripletSource
 from adapters.endpoint import EndpointConfig, PolicyEndpoint
 from adapters.endpoint_triplets import EndpointTraceToTriplet
 from adapters.local import build_tiny_model
+from adapters.store_finish import FinishingClient, serve_finish
 from app.usecases.rollouts import RolloutOptions, run_rollouts
 from domain.groups import RolloutResult
 from domain.sampling import SamplingDefaults
@@ -108,7 +109,7 @@ def free_port() -> int:
 async def served_store() -> AsyncIterator[tuple[agl.InMemoryLightningStore, str]]:
     """A fresh thread-safe in-memory store, served on a free loopback port: (store, url)."""
     store = agl.InMemoryLightningStore(thread_safe=True)
-    server = agl.LightningStoreServer(store, host="127.0.0.1", port=free_port())
+    server = serve_finish(agl.LightningStoreServer(store, host="127.0.0.1", port=free_port()))
     await server.start()
     try:
         yield store, server.endpoint
@@ -280,34 +281,25 @@ def _store_only_runner(url: str, spans: list[dict[str, Any]], concurrency: int, 
     """Process (c): a runner without agent or tracer; each rollout stores ``spans`` and succeeds."""
     template = [agl.Span.model_validate(s) for s in spans]
 
-    async def finish(client: agl.LightningStoreClient, rollout: agl.AttemptedRollout) -> None:
+    async def finish(client: FinishingClient, rollout: agl.AttemptedRollout) -> None:
         rid, aid = rollout.rollout_id, rollout.attempt.attempt_id
-        sequence_ids = await client.get_many_span_sequence_ids([(rid, aid)] * len(template))
-        await client.add_many_spans(
-            [
-                span.model_copy(
-                    update={"rollout_id": rid, "attempt_id": aid, "sequence_id": seq, "span_id": uuid.uuid4().hex[:16]}
-                )
-                for span, seq in zip(template, sequence_ids, strict=True)
-            ]
-        )
-        await client.update_attempt(rid, aid, status="succeeded")
+        fresh = {"rollout_id": rid, "attempt_id": aid}
+        spans = [span.model_copy(update={**fresh, "span_id": uuid.uuid4().hex[:16]}) for span in template]
+        await client.finish(rid, aid, spans, "succeeded")
 
     async def serve() -> None:
         client = agl.LightningStoreClient(url)
+        finishing = FinishingClient(client)
         running: set[asyncio.Task[None]] = set()
         try:
             while not stop.is_set():
-                took = False
-                while len(running) < concurrency:
-                    rollout = await client.dequeue_rollout(worker_id="Worker-0")
-                    if rollout is None:
-                        break
-                    took = True
-                    task = asyncio.create_task(finish(client, rollout))
+                free = concurrency - len(running)
+                rollouts = await client.dequeue_many_rollouts(limit=free, worker_id="Worker-0") if free else []
+                for rollout in rollouts:
+                    task = asyncio.create_task(finish(finishing, rollout))
                     running.add(task)
                     task.add_done_callback(running.discard)
-                if not took:
+                if not rollouts:
                     await asyncio.sleep(0.05)  # the runners' idle poll interval
         finally:
             await client.close()

@@ -19,6 +19,7 @@ from adapters.agl_runners import RunnerProcesses
 from adapters.endpoint import EndpointError, is_loopback
 from adapters.run_log import CHECKPOINTS_FILE, last_checkpoint
 from adapters.store_auth import STORE_TOKEN_ENV, protect, store_token
+from adapters.store_finish import serve_finish
 from adapters.tinker_backend import TinkerError
 from app.config import TrainConfig
 from app.faces.report import write_report
@@ -205,6 +206,7 @@ def serve_store(host: str, port: int) -> int:
 
     async def go() -> None:
         server = agl.LightningStoreServer(agl.InMemoryLightningStore(), launcher_args=store_launcher_args(host, port))
+        serve_finish(server)
         if token is not None:
             protect(server, token)
         await server.start()

@@ -10,6 +10,7 @@ from typing import Any
 import agentlightning as agl
 import aiohttp
 
+from adapters.store_finish import serve_finish
 from app.launch import free_port
 from tests.support.cli import cli_process
 from tests.support.waits import until
@@ -18,9 +19,16 @@ __all__ = ["free_port", "served_store", "store_process", "wait_healthy"]
 
 
 @asynccontextmanager
-async def served_store(store: agl.LightningStore | None = None) -> AsyncIterator[agl.LightningStoreServer]:
-    """``store`` (a fresh in-memory one by default) behind a ``LightningStoreServer`` on a free loopback port."""
+async def served_store(
+    store: agl.LightningStore | None = None, *, finish_route: bool = True
+) -> AsyncIterator[agl.LightningStoreServer]:
+    """``store`` (a fresh in-memory one by default) behind a ``LightningStoreServer`` on a free loopback port.
+
+    ``finish_route``: as this project's servers answer it (``adapters.store_finish``); False: as ``agl store``.
+    """
     server = agl.LightningStoreServer(store or agl.InMemoryLightningStore(), host="127.0.0.1", port=free_port())
+    if finish_route:
+        serve_finish(server)
     await server.start()
     try:
         yield server
