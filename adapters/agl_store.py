@@ -6,7 +6,8 @@ and ``MongoLightningStore``. Completion is learned with one ``wait_for_rollouts(
 for all pending ids: an instant check that never parks executor threads and that the HTTP
 client accepts (it refuses ``timeout > 0.1``). Connection-level failures are retried with backoff
 for ``OutagePolicy.tolerance_s`` (a store restarted empty reports its forgotten rollouts as
-``lost``), then ``StoreUnavailable`` names the store and the outage in one line.
+``lost``), then ``StoreUnavailable`` names the store and the outage in one line. Trained rollouts
+are forgotten where the store allows it (``adapters.store_forget``).
 """
 
 from __future__ import annotations
@@ -20,9 +21,18 @@ from functools import partial
 from typing import TypeVar, cast
 
 import aiohttp
-from agentlightning import LightningStore, LightningStoreClient, NamedResources, RolloutConfig, Span, TraceToTripletBase
+from agentlightning import (
+    InMemoryLightningStore,
+    LightningStore,
+    LightningStoreClient,
+    NamedResources,
+    RolloutConfig,
+    Span,
+    TraceToTripletBase,
+)
 from agentlightning.types import AttemptedRollout, EnqueueRolloutRequest
 
+from adapters.store_forget import ForgettingClient, forget_in_memory
 from domain.triplets import RawTriplet
 from ports.rollout_store import LOST, RetryPolicy, RolloutRequest, StoreUnavailable, TakenRollout
 
@@ -81,6 +91,7 @@ class AglRolloutStore:
         """Outages survived; a rollout last seen in an earlier epoch must be checked for existence."""
         self._seen_in: dict[str, int] = {}
         self._resources: tuple[str, NamedResources] | None = None
+        self._forgetting: ForgettingClient | None = None
 
     async def _call(self, operation: Callable[[], Awaitable[T]]) -> T:
         delay = self.outage.first_delay_s
@@ -198,6 +209,24 @@ class AglRolloutStore:
                 if error.status == 401:
                     raise
                 continue  # over HTTP the same ValueError arrives as the server's 500
+
+
+    async def forget(self, rollout_ids: Sequence[str]) -> None:
+        if not rollout_ids:
+            return
+        ids = list(rollout_ids)
+        for rollout_id in ids:
+            self._seen_in.pop(rollout_id, None)
+        try:
+            if isinstance(self.store, InMemoryLightningStore):
+                await forget_in_memory(self.store, ids)
+            elif isinstance(self.store, LightningStoreClient):
+                forgetting = self._forgetting = self._forgetting or ForgettingClient(self.store)
+                await self._call(lambda: forgetting.forget(ids))
+        except StoreUnavailable:
+            raise
+        except Exception as error:  # memory, not correctness: the run goes on
+            logger.warning("could not forget %d trained rollout(s) in the store at %s: %s", len(ids), self.url, error)
 
 
 class AglTripletSource:

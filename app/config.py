@@ -163,6 +163,9 @@ class TrainConfig(_Frozen):
     endpoint_port: int | None = Field(default=None, ge=1, le=65535)
     concurrency: int = Field(default=64, ge=1)
     """Rollouts in the store at once, across the batch's groups."""
+    keep_rollouts: bool = False
+    """Keep every finished rollout and its spans in the store (to browse them in Agent-lightning's dashboard);
+    by default the store forgets a rollout once its trajectory is rebuilt, so memory stays flat over a long run."""
     rollout_timeout_s: float = Field(default=120.0, gt=0)
     """Deadline of one rollout from when a runner starts it; past it the rollout is cancelled and counted as timed
     out (the runner process of a hung agent is restarted)."""

@@ -306,6 +306,7 @@ def training_settings(
             concurrency=config.concurrency,
             vocab_size=vocab_size,
             runners=runners,
+            forget_finished=not config.keep_rollouts,
         ),
         eval_every=config.eval_every,
         eval_temperature=config.eval_temperature,

@@ -87,6 +87,13 @@ class RolloutStore(Protocol[SpanT_co]):
         """Mark rollouts cancelled so that no runner starts them; unknown ids are ignored."""
         ...
 
+    async def forget(self, rollout_ids: Sequence[str]) -> None:
+        """Drop finished rollouts the run will not read again (trained), so memory stays flat over a long run.
+
+        A store that cannot forget keeps them; failing to forget never fails the run.
+        """
+        ...
+
 
 class TripletSource(Protocol[SpanT_contra]):
     """Turns one rollout's spans into ordered, still untrusted triplets."""

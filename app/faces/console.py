@@ -20,6 +20,7 @@ from adapters.endpoint import EndpointError, is_loopback
 from adapters.run_log import CHECKPOINTS_FILE, last_checkpoint
 from adapters.store_auth import STORE_TOKEN_ENV, protect, store_token
 from adapters.store_finish import serve_finish
+from adapters.store_forget import serve_forget
 from adapters.tinker_backend import TinkerError
 from app.config import TrainConfig
 from app.faces.report import write_report
@@ -206,7 +207,7 @@ def serve_store(host: str, port: int) -> int:
 
     async def go() -> None:
         server = agl.LightningStoreServer(agl.InMemoryLightningStore(), launcher_args=store_launcher_args(host, port))
-        serve_finish(server)
+        serve_forget(serve_finish(server))
         if token is not None:
             protect(server, token)
         await server.start()

@@ -11,7 +11,8 @@ rollout that misses either is cancelled in the store and reported as ``timed_out
 the others. With a ``RunnerPool`` (runner processes this run started), a rollout whose runner process
 died ends at once as ``failed``, a hung agent's process is restarted, and a pool that gave up every
 runner ends the batch with ``NoRunners`` within a tick. A terminal status is
-snapshotted the first time it is seen; later flips in the store are ignored.
+snapshotted the first time it is seen; later flips in the store are ignored. With
+``forget_finished`` the store drops each finished rollout once its trajectory is rebuilt.
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ RUNNER_DIED = "runner_died"
 """``RolloutResult.reason``: the runner process executing it died (status ``failed``)."""
 
 
+FORGETTABLE = frozenset({"succeeded", "failed"})
+"""Terminal statuses a runner writes last: nothing writes to such a rollout again."""
+
+
 class NoRunners(RuntimeError):
     """Every runner process of the run died repeatedly and was given up: no rollout can run."""
 
@@ -65,6 +70,10 @@ class RolloutOptions:
     """The policy's vocabulary: triplets with ids beyond it are rejected (another model's calls)."""
     runners: RunnerPool | None = field(default=None, compare=False)
     """The runner processes this run supervises; ``None`` when runners live elsewhere (nothing to watch)."""
+    forget_finished: bool = False
+    """Drop a rollout that succeeded or failed from the store once its trajectory is rebuilt (nothing reads
+    it again: a resumed run rolls its tasks out anew), so a long run's memory stays flat. Rollouts that timed
+    out or were cancelled stay: their runner may still write to them."""
 
     def __post_init__(self) -> None:
         if self.rollout_timeout_s <= 0:
@@ -164,6 +173,11 @@ async def run_rollouts(
             progressed = True
             done = [(pending.pop(rid).index, rid, status) for rid, status in terminal.items() if rid in pending]
             await asyncio.gather(*(finish(index, rid, status) for index, rid, status in done))
+            if options.forget_finished:
+                finished = [rid for _, rid, status in done if status in FORGETTABLE]
+                if finished:
+                    await store.forget(finished)
+                    stats.store_calls += 1
 
         waiting = [rid for rid, entry in pending.items() if not entry.started]
         queue_expired = any(not e.started and e.deadline <= time.monotonic() for e in pending.values())

@@ -15,6 +15,8 @@ from app.usecases.rollouts import QUEUE_TIMEOUT, RolloutOptions, RolloutStats, r
 from domain.groups import TIMED_OUT
 from ports.rollout_store import RolloutRequest
 from tests.integration.agents import reward_only
+from tests.support.rollouts import run
+from tests.support.stores import served_store
 from tests.support.waits import HANG_S
 
 
@@ -123,3 +125,41 @@ async def test_the_running_deadline_counts_from_when_the_runner_takes_the_rollou
         options=RolloutOptions(rollout_timeout_s=0.7, queue_timeout_s=30),
     )
     assert [r.status for r in results] == ["succeeded"] * 3
+
+
+@pytest.mark.usefixtures("runner")
+@pytest.mark.parametrize("forget", [True, False], ids=["forget", "keep"])
+async def test_finished_rollouts_leave_the_store_once_rebuilt_when_asked(
+    store: agl.InMemoryLightningStore, resources_id: str, forget: bool
+) -> None:
+    results = await run_rollouts(
+        requests(resources_id, {"reward": 1.0}, {"reward": 0.5, "fail": 1.0}, {"reward": 0.25}),
+        store=AglRolloutStore(store),
+        triplets=AglTripletSource(agl.TracerTraceToTriplet()),
+        options=RolloutOptions(rollout_timeout_s=30, forget_finished=forget),
+    )
+    assert [r.status for r in results] == ["succeeded", "failed", "succeeded"]
+    stats = await store.statistics()
+    counts = (stats["total_rollouts"], stats["total_attempts"], stats["total_spans"] > 0)
+    left = list(await store.query_rollouts())
+    if forget:
+        assert (left, counts) == ([], (0, 0, False))
+        assert store._completion_events == {} and store._start_time_by_rollout == {}
+    else:
+        assert (len(left), counts) == (3, (3, 3, True))
+
+
+@pytest.mark.parametrize("project_routes", [True, False], ids=["project-server", "stock-server"])
+async def test_a_trainer_over_http_forgets_where_the_server_can(
+    store: agl.InMemoryLightningStore, resources_id: str, project_routes: bool
+) -> None:
+    ids = await run(store, reward_only, [{"reward": 1.0}, {"reward": 0.0}])
+    async with served_store(store, project_routes=project_routes) as server:
+        client = agl.LightningStoreClient(server.endpoint)
+        try:
+            await AglRolloutStore(client).forget(ids)
+            await AglRolloutStore(client).forget(ids)  # twice: already gone is no error
+        finally:
+            await client.close()
+    left = {r.rollout_id for r in await store.query_rollouts()}
+    assert left == (set() if project_routes else set(ids))

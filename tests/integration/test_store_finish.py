@@ -48,7 +48,7 @@ def count_calls(server: agl.LightningStoreServer, seen: Counter[str], *names: st
 @pytest.mark.parametrize("finish_route", [True, False], ids=["one-request", "stock-server"])
 async def test_a_finished_rollout_stores_the_same_spans_either_way(finish_route: bool) -> None:
     seen: Counter[str] = Counter()
-    async with served_store(agl.InMemoryLightningStore(thread_safe=True), finish_route=finish_route) as server:
+    async with served_store(agl.InMemoryLightningStore(thread_safe=True), project_routes=finish_route) as server:
         count_calls(server, seen, "add_span", "add_many_spans")
         store = cast(agl.LightningStore, server.store)
         await store.add_resources({"main_llm": agl.LLM(endpoint="http://127.0.0.1:9/v1", model="none")})

@@ -11,6 +11,7 @@ import agentlightning as agl
 import aiohttp
 
 from adapters.store_finish import serve_finish
+from adapters.store_forget import serve_forget
 from app.launch import free_port
 from tests.support.cli import cli_process
 from tests.support.waits import until
@@ -20,15 +21,16 @@ __all__ = ["free_port", "served_store", "store_process", "wait_healthy"]
 
 @asynccontextmanager
 async def served_store(
-    store: agl.LightningStore | None = None, *, finish_route: bool = True
+    store: agl.LightningStore | None = None, *, project_routes: bool = True
 ) -> AsyncIterator[agl.LightningStoreServer]:
     """``store`` (a fresh in-memory one by default) behind a ``LightningStoreServer`` on a free loopback port.
 
-    ``finish_route``: as this project's servers answer it (``adapters.store_finish``); False: as ``agl store``.
+    ``project_routes``: with the routes this project's servers add (``adapters.store_finish``, ``store_forget``);
+    False: as ``agl store`` serves it.
     """
     server = agl.LightningStoreServer(store or agl.InMemoryLightningStore(), host="127.0.0.1", port=free_port())
-    if finish_route:
-        serve_finish(server)
+    if project_routes:
+        serve_forget(serve_finish(server))
     await server.start()
     try:
         yield server
