@@ -1,4 +1,4 @@
-"""Where a runner process starts: tied to its parent's life before anything heavy is imported.
+"""Where a runner or store process starts: tied to its parent's life before anything heavy is imported.
 
 A spawned runner imports Agent-lightning, LiteLLM and the user's agent, which takes seconds (more
 under load); a parent killed meanwhile must not leave it running. So the process's entry point lives
@@ -45,3 +45,11 @@ def runner_main(parent_pid: int, stop: Any, *args: Any) -> None:
     from adapters.agl_runners import run_runner_process
 
     run_runner_process(parent_pid, stop, *args)
+
+
+def store_main(parent_pid: int, host: str, port: int, token: str) -> None:
+    """The spawn target of a store process (see ``adapters.store_process.StoreProcess``)."""
+    die_with_parent(parent_pid)
+    from adapters.store_process import serve_store_process
+
+    serve_store_process(host, port, token)

@@ -163,6 +163,9 @@ class TrainConfig(_Frozen):
     endpoint_port: int | None = Field(default=None, ge=1, le=65535)
     concurrency: int = Field(default=64, ge=1)
     """Rollouts in the store at once, across the batch's groups."""
+    store_process: bool = False
+    """Serve the run's store from a process of its own (out of the trainer's interpreter lock) instead of a
+    thread of the trainer; ignored with ``store_url`` (the store is elsewhere already)."""
     keep_rollouts: bool = False
     """Keep every finished rollout and its spans in the store (to browse them in Agent-lightning's dashboard);
     by default the store forgets a rollout once its trajectory is rebuilt, so memory stays flat over a long run."""

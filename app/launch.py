@@ -43,6 +43,7 @@ from adapters.endpoint_triplets import EndpointTraceToTriplet
 from adapters.run_log import CookbookMetricsLog, JsonlCheckpointLog
 from adapters.store_auth import STORE_TOKEN_ENV, TokenStoreClient, protect, store_token
 from adapters.store_finish import serve_finish
+from adapters.store_process import StoreProcess
 from adapters.store_workers import StoreWorkers
 from app.config import DEMO, TrainConfig
 from app.demo import task as demo_task
@@ -251,6 +252,10 @@ async def open_store(config: TrainConfig) -> AsyncIterator[tuple[agl.LightningSt
         finally:
             await client.close()
         return
+    if config.store_process:
+        async with _store_process(config) as served:
+            yield served
+        return
     store = agl.InMemoryLightningStore(thread_safe=True)
     server = agl.LightningStoreServer(
         store, launcher_args=store_launcher_args("127.0.0.1", config.store_port or free_port())
@@ -266,6 +271,25 @@ async def open_store(config: TrainConfig) -> AsyncIterator[tuple[agl.LightningSt
         yield store, server.endpoint, token
     finally:
         await server.stop()
+
+
+@contextlib.asynccontextmanager
+async def _store_process(config: TrainConfig) -> AsyncIterator[tuple[agl.LightningStore, str, str | None]]:
+    """The embedded store in a child process; the loop and the endpoint use it over HTTP."""
+    token = store_token(generate=True)
+    assert token is not None
+    port = config.store_port or free_port()
+    process = StoreProcess(port, token).spawn()  # from the run's own thread, which outlives the store
+    try:
+        await asyncio.to_thread(process.wait_ready)
+    except RuntimeError as error:
+        raise LaunchError(f"cannot serve the store on 127.0.0.1:{port}: {error}") from error
+    client = TokenStoreClient(process.url, token, health_retry_delays=())
+    try:
+        yield client, process.url, token
+    finally:
+        await client.close()
+        await asyncio.to_thread(process.stop)
 
 
 def open_logger(config: TrainConfig) -> ml_log.Logger:

@@ -165,8 +165,11 @@ async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         renderer = tiny_renderer(Path(tmp))
         if only & {"wall", "memory"}:
-            async with served_store() as (store, url), policy_endpoint(store, renderer, "lean") as (endpoint, rid):
-                with RunnerProcesses(AGENT_REFERENCE, url, 1, concurrency=RUNNER_CONCURRENCY) as runners:
+            async with (
+                served_store() as (store, url, token),
+                policy_endpoint(store, renderer, "lean") as (endpoint, rid),
+            ):
+                with RunnerProcesses(AGENT_REFERENCE, url, 1, concurrency=RUNNER_CONCURRENCY, token=token) as runners:
                     runners.supervise()
                     ready = await warm_up(store, rid, 1)
                     print(f"one ConcurrentRunner({RUNNER_CONCURRENCY}) process ready after {ready:.1f} s (not timed)")
@@ -199,8 +202,11 @@ async def main(args: argparse.Namespace) -> None:
             n = args.stock_runners
             # The lean endpoint here too: the runner side is the stock one, and the LiteLLM proxy's start-up
             # CPU would slow the runners' start-up on a 2-core machine (the trainer's RSS is printed apart).
-            async with served_store() as (store, url), policy_endpoint(store, renderer, "lean") as (endpoint, rid):
-                with RunnerProcesses(AGENT_REFERENCE, url, n, concurrency=None) as runners:
+            async with (
+                served_store() as (store, url, token),
+                policy_endpoint(store, renderer, "lean") as (endpoint, rid),
+            ):
+                with RunnerProcesses(AGENT_REFERENCE, url, n, concurrency=None, token=token) as runners:
                     runners.supervise()
                     started = time.perf_counter()
                     while len((await store.query_workers()).items) < n:  # each registers once imported

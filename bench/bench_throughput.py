@@ -63,7 +63,10 @@ from adapters.agl_store import AglRolloutStore, AglTripletSource
 from adapters.endpoint import EndpointConfig, PolicyEndpoint
 from adapters.endpoint_triplets import EndpointTraceToTriplet
 from adapters.local import build_tiny_model
+from adapters.store_auth import TokenStoreClient
 from adapters.store_finish import FinishingClient, serve_finish
+from adapters.store_forget import serve_forget
+from adapters.store_process import StoreProcess
 from app.usecases.rollouts import RolloutOptions, run_rollouts
 from domain.groups import RolloutResult
 from domain.sampling import SamplingDefaults
@@ -73,6 +76,11 @@ from ports.rollout_store import RolloutRequest
 AGENT_REFERENCE = "bench.bench_agents:chat_once"
 RUNNER_STARTUP_TIMEOUT_S = 300.0
 PROFILE = False
+STORE_PROCESS = False
+"""Serve the store from a child process (``--store-process``), as ``store_process=true`` does."""
+STORE_PIDS: set[int] = set()
+FORGET = True
+"""As ``agl-tinker train`` runs by default: the store forgets each rollout once it is rebuilt."""
 
 
 class ConstantSampler:
@@ -106,15 +114,33 @@ def free_port() -> int:
 
 
 @contextlib.asynccontextmanager
-async def served_store() -> AsyncIterator[tuple[agl.InMemoryLightningStore, str]]:
-    """A fresh thread-safe in-memory store, served on a free loopback port: (store, url)."""
-    store = agl.InMemoryLightningStore(thread_safe=True)
-    server = serve_finish(agl.LightningStoreServer(store, host="127.0.0.1", port=free_port()))
-    await server.start()
+async def served_store() -> AsyncIterator[tuple[agl.LightningStore, str, str | None]]:
+    """A fresh in-memory store served on a free loopback port, as ``agl-tinker train`` serves it: (store, url, token).
+
+    In a thread of this process (the store itself is returned), or with ``--store-process`` in a child
+    process (``adapters.store_process``; a client with the run's token is returned).
+    """
+    if not STORE_PROCESS:
+        store = agl.InMemoryLightningStore(thread_safe=True)
+        server = serve_forget(serve_finish(agl.LightningStoreServer(store, host="127.0.0.1", port=free_port())))
+        await server.start()
+        try:
+            yield store, server.endpoint, None
+        finally:
+            await server.stop()
+        return
+    token = uuid.uuid4().hex
+    process = StoreProcess(free_port(), token).spawn()
+    STORE_PIDS.add(cast(int, process.pid))
     try:
-        yield store, server.endpoint
+        await asyncio.to_thread(process.wait_ready)
+        client = TokenStoreClient(process.url, token)
+        try:
+            yield client, process.url, token
+        finally:
+            await client.close()
     finally:
-        await server.stop()
+        process.stop()
 
 
 @contextlib.asynccontextmanager
@@ -178,10 +204,12 @@ def check(results: Sequence[RolloutResult], n: int, first: int | None) -> None:
         raise RuntimeError(f"{len(bad)} of {len(results)}/{n} rollouts are wrong, e.g. {bad[:5]}")
 
 
-def runner_cpu_s() -> float:
-    """User+system CPU seconds of this process's children (the runner processes), so far."""
+def runner_cpu_s(store: bool = False) -> float:
+    """User+system CPU seconds of this process's runner processes (else of its store process), so far."""
     total = 0.0
     for child in psutil.Process().children(recursive=True):
+        if (child.pid in STORE_PIDS) != store:
+            continue
         with contextlib.suppress(psutil.Error):
             times = child.cpu_times()
             total += times.user + times.system
@@ -221,14 +249,14 @@ async def timed_batch(
     batch = requests(n, resources_id, start=first)
     profiler = cProfile.Profile() if PROFILE else None
     threads0 = thread_cpu_s()
-    cpu0, runner0, started = time.process_time(), runner_cpu_s(), time.perf_counter()
+    cpu0, runner0, store0, started = time.process_time(), runner_cpu_s(), runner_cpu_s(store=True), time.perf_counter()
     if profiler is not None:
         profiler.enable()
     results = await run_rollouts(
         batch,
         store=AglRolloutStore(store),
         triplets=AglTripletSource(EndpointTraceToTriplet()),
-        options=RolloutOptions(concurrency=concurrency, rollout_timeout_s=120, runners=runners),
+        options=RolloutOptions(concurrency=concurrency, rollout_timeout_s=120, runners=runners, forget_finished=FORGET),
     )
     wall = time.perf_counter() - started
     if profiler is not None:
@@ -239,6 +267,8 @@ async def timed_batch(
         print(f"--- {name}: top 40 by cumulative time")
         stats.sort_stats("cumulative").print_stats(40)
     row = Row(name, n, wall, time.process_time() - cpu0, runner_cpu_s() - runner0)
+    if STORE_PROCESS:
+        print(f"{name}: store process CPU {1000 * (runner_cpu_s(store=True) - store0) / n:.2f} ms/rollout")
     threads1 = thread_cpu_s()
     busy = sorted(((t, cpu - threads0.get(t, 0.0)) for t, cpu in threads1.items()), key=lambda kv: -kv[1])
     print(
@@ -265,8 +295,8 @@ async def with_runners(
     concurrency: int,
 ) -> tuple[Row, list[dict[str, Any]]]:
     """Rows (a) and (b); also the spans one rollout left in the store (what (c) replays)."""
-    async with served_store() as (store, url), policy_endpoint(store, renderer, server) as (_, resources_id):
-        with RunnerProcesses(AGENT_REFERENCE, url, n_processes, concurrency=runner_concurrency) as runners:
+    async with served_store() as (store, url, token), policy_endpoint(store, renderer, server) as (_, resources_id):
+        with RunnerProcesses(AGENT_REFERENCE, url, n_processes, concurrency=runner_concurrency, token=token) as runners:
             runners.supervise()
             warm_s = await warm_up(store, resources_id, n_processes)
             print(f"{name}: {n_processes} runner process(es) ready after {warm_s:.1f} s (not timed)", flush=True)
@@ -277,7 +307,7 @@ async def with_runners(
         return row, [s.model_dump(mode="json") for s in spans]
 
 
-def _store_only_runner(url: str, spans: list[dict[str, Any]], concurrency: int, stop: Any) -> None:
+def _store_only_runner(url: str, token: str | None, spans: list[dict[str, Any]], concurrency: int, stop: Any) -> None:
     """Process (c): a runner without agent or tracer; each rollout stores ``spans`` and succeeds."""
     template = [agl.Span.model_validate(s) for s in spans]
 
@@ -288,7 +318,7 @@ def _store_only_runner(url: str, spans: list[dict[str, Any]], concurrency: int, 
         await client.finish(rid, aid, spans, "succeeded")
 
     async def serve() -> None:
-        client = agl.LightningStoreClient(url)
+        client = TokenStoreClient(url, token)
         finishing = FinishingClient(client)
         running: set[asyncio.Task[None]] = set()
         try:
@@ -309,12 +339,12 @@ def _store_only_runner(url: str, spans: list[dict[str, Any]], concurrency: int, 
 
 async def store_only(spans: list[dict[str, Any]], n: int, concurrency: int, runner_concurrency: int) -> Row:
     """Row (c)."""
-    async with served_store() as (store, url):
+    async with served_store() as (store, url, token):
         context = multiprocessing.get_context("spawn")
         stop = context.Event()
         process = context.Process(
             target=_store_only_runner,
-            args=(url, spans, runner_concurrency, stop),
+            args=(url, token, spans, runner_concurrency, stop),
             name="store-only-runner",
             daemon=True,
         )
@@ -398,6 +428,10 @@ if __name__ == "__main__":
     parser.add_argument("--concurrency", type=int, default=128, help="rollouts in the store at once (the loop's cap)")
     parser.add_argument("--only", default="a,b,c", help="rows to run, e.g. a,c (c needs a: it replays a's spans)")
     parser.add_argument("--profile", action="store_true", help="cProfile this process during each timed batch")
+    parser.add_argument("--keep-rollouts", action="store_true", help="keep finished rollouts in the store")
+    parser.add_argument("--store-process", action="store_true", help="serve the store from a child process")
     parsed = parser.parse_args()
     PROFILE = parsed.profile
+    STORE_PROCESS = parsed.store_process
+    FORGET = not parsed.keep_rollouts
     asyncio.run(main(parsed))
