@@ -39,9 +39,7 @@ def serve_store_process(host: str, port: int, token: str) -> None:
     import agentlightning as agl
     from agentlightning.utils.server_launcher import PythonServerLauncherArgs
 
-    from adapters.store_auth import protect
-    from adapters.store_finish import serve_finish
-    from adapters.store_forget import serve_forget
+    from adapters.store_server import project_store_server
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when the store stops
     logging.getLogger("agentlightning").setLevel(logging.WARNING)
@@ -52,8 +50,7 @@ def serve_store_process(host: str, port: int, token: str) -> None:
         healthcheck_url=API_V1_AGL_PREFIX + "/health",
         log_level=logging.WARNING,
     )
-    server = agl.LightningStoreServer(agl.InMemoryLightningStore(), launcher_args=args)
-    serve_forget(serve_finish(protect(server, token)))
+    server = project_store_server(agl.InMemoryLightningStore(), token, launcher_args=args)
     asyncio.run(server.run_forever())
 
 

@@ -41,9 +41,9 @@ from adapters.cookbook_training import CookbookTrainingData, supervised_datum
 from adapters.endpoint import EndpointConfig, PolicyEndpoint
 from adapters.endpoint_triplets import EndpointTraceToTriplet
 from adapters.run_log import CookbookMetricsLog, JsonlCheckpointLog
-from adapters.store_auth import STORE_TOKEN_ENV, TokenStoreClient, protect, store_token
-from adapters.store_finish import serve_finish
+from adapters.store_auth import STORE_TOKEN_ENV, TokenStoreClient, store_token
 from adapters.store_process import StoreProcess
+from adapters.store_server import project_store_server
 from adapters.store_workers import StoreWorkers
 from app.config import DEMO, TrainConfig
 from app.demo import task as demo_task
@@ -257,12 +257,10 @@ async def open_store(config: TrainConfig) -> AsyncIterator[tuple[agl.LightningSt
             yield served
         return
     store = agl.InMemoryLightningStore(thread_safe=True)
-    server = agl.LightningStoreServer(
-        store, launcher_args=store_launcher_args("127.0.0.1", config.store_port or free_port())
-    )
     token = store_token(generate=True)
     assert token is not None
-    serve_finish(protect(server, token))
+    launcher_args = store_launcher_args("127.0.0.1", config.store_port or free_port())
+    server = project_store_server(store, token, launcher_args=launcher_args)
     try:
         await server.start()
     except RuntimeError as error:

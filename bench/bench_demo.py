@@ -1,10 +1,13 @@
 """Time the demo to a target test reward through the real pipeline, and the same learning sampled directly.
 
 Both runs use the same config, tiny model, warm start, batches, cookbook datums and trainer. The
-pipeline run goes through everything a user's run does (embedded store served over HTTP, runner
-processes, the LLMProxy endpoint, the AgentOps tracer, ``TracerTraceToTriplet``, reconstruction);
-the direct run samples the ``LocalSampler`` in process and grades the reply itself. The ratio is
-the price of training from traces instead of a callback environment.
+pipeline run goes through everything a user's run does with the default config (embedded store
+served over HTTP, concurrent runner processes, the policy endpoint recording each call,
+reconstruction; ``key=value`` overrides change it, e.g. ``store_process=true``); the direct run
+samples the ``LocalSampler`` in process and grades the reply itself. The ratio is the price of
+training from traces instead of a callback environment. Printed per run: wall time, rollouts per
+second overall and the median over batches of the rollout phase alone (``rollouts/per_s``), and
+this (trainer) process's CPU per rollout, the tiny model's sampling and training included.
 
     .venv/bin/python bench/bench_demo.py [--target 0.9] [--max-batches 150] [key=value ...]
 """
@@ -13,12 +16,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,22 +55,30 @@ class Outcome:
     rollouts: int
     reward_before: float
     reward_after: float
+    cpu_s: float = 0.0
+    """This (trainer) process's CPU over the run: sampling and training of the tiny model included."""
+    sampling_rates: list[float] = field(default_factory=list)
+    """Rollouts per second of each batch's rollout phase (``rollouts/per_s``)."""
 
     def line(self, name: str) -> str:
+        rates = f", rollout phase median {statistics.median(self.sampling_rates):.0f}/s" if self.sampling_rates else ""
         return (
             f"{name:<9} {self.seconds:7.1f} s  {self.batches:4d} batches  {self.rollouts:6d} rollouts "
-            f"({self.rollouts / self.seconds:6.1f}/s)  test reward {self.reward_before:.2f} -> {self.reward_after:.2f}"
+            f"({self.rollouts / self.seconds:6.1f}/s{rates})  trainer CPU {1000 * self.cpu_s / self.rollouts:.1f} "
+            f"ms/rollout  test reward {self.reward_before:.2f} -> {self.reward_after:.2f}"
         )
 
 
 async def pipeline(config: TrainConfig) -> Outcome:
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     summary = await train(config)
     seconds = time.perf_counter() - started
     batches = summary.end_batch - summary.start_batch
+    lines = [json.loads(line) for line in (Path(config.log_path) / "metrics.jsonl").read_text().splitlines()]
     return Outcome(
         seconds, batches, batches * config.batch_size * config.group_size, summary.reward_before or 0.0,
-        summary.reward_after or 0.0,
+        summary.reward_after or 0.0, time.process_time() - cpu,
+        [m["rollouts/per_s"] for m in lines if "rollouts/per_s" in m],
     )  # fmt: skip
 
 
@@ -97,7 +110,7 @@ async def direct(config: TrainConfig) -> Outcome:
         rewards = await asyncio.gather(*(_reply(sampler, renderer, t, eval_params, 1) for t in test_tasks))
         return sum(r[0][2] for r in rewards) / len(rewards)
 
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     settings = training_settings(config)
     warm_data = [supervised_datum(chat, renderer) for chat in warm_start_chats(config)]
     await warm_start(trainer, warm_data, settings.warm_start, lambda _m: None)
@@ -134,7 +147,8 @@ async def direct(config: TrainConfig) -> Outcome:
         after = await evaluate(sampler)
     seconds = time.perf_counter() - started
     trainer.close()
-    return Outcome(seconds, done, done * config.batch_size * config.group_size, before, after)
+    cpu_s = time.process_time() - cpu
+    return Outcome(seconds, done, done * config.batch_size * config.group_size, before, after, cpu_s)
 
 
 def main() -> None:

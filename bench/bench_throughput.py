@@ -17,14 +17,17 @@ every rollout succeeded with exactly one triplet carrying its reward:
   (``dequeue_many_rollouts`` under its worker id, up to ``--runner-concurrency`` at once), stores
   the spans one rollout of (a) left in the store (copied from (a), fresh ids) and marks it succeeded
   in one request (``adapters.store_finish``), the calls ``ConcurrentRunner`` makes; the same loop
-  detects completion and rebuilds the triplets.
+  detects completion and rebuilds the triplets;
+- (d) as (a), with the store served from a process of its own (``adapters.store_process``, as
+  ``store_process=true`` runs it): the loop and the endpoint reach it over HTTP with the run's token.
 
 Runner processes are warmed up (each has finished a rollout with an LLM call) before timing.
 CPU seconds per rollout: this (trainer) process's ``time.process_time`` and the runner processes'
 user+system time (psutil), over the timed batch only.
 
     .venv/bin/python bench/bench_throughput.py [--rollouts 512] [--stock-rollouts 128] [--runners 1]
-        [--runner-concurrency 64] [--stock-runners 4] [--concurrency 128] [--only a,b,c] [--profile]
+        [--runner-concurrency 64] [--stock-runners 4] [--concurrency 128] [--only a,b,c,d] [--profile]
+        [--keep-rollouts]
 """
 
 from __future__ import annotations
@@ -64,9 +67,9 @@ from adapters.endpoint import EndpointConfig, PolicyEndpoint
 from adapters.endpoint_triplets import EndpointTraceToTriplet
 from adapters.local import build_tiny_model
 from adapters.store_auth import TokenStoreClient
-from adapters.store_finish import FinishingClient, serve_finish
-from adapters.store_forget import serve_forget
+from adapters.store_finish import FinishingClient
 from adapters.store_process import StoreProcess
+from adapters.store_server import project_store_server
 from app.usecases.rollouts import RolloutOptions, run_rollouts
 from domain.groups import RolloutResult
 from domain.sampling import SamplingDefaults
@@ -76,9 +79,8 @@ from ports.rollout_store import RolloutRequest
 AGENT_REFERENCE = "bench.bench_agents:chat_once"
 RUNNER_STARTUP_TIMEOUT_S = 300.0
 PROFILE = False
-STORE_PROCESS = False
-"""Serve the store from a child process (``--store-process``), as ``store_process=true`` does."""
 STORE_PIDS: set[int] = set()
+"""Store processes of row (d): their CPU is the store's, not the runners'."""
 FORGET = True
 """As ``agl-tinker train`` runs by default: the store forgets each rollout once it is rebuilt."""
 
@@ -114,15 +116,15 @@ def free_port() -> int:
 
 
 @contextlib.asynccontextmanager
-async def served_store() -> AsyncIterator[tuple[agl.LightningStore, str, str | None]]:
+async def served_store(process: bool = False) -> AsyncIterator[tuple[agl.LightningStore, str, str | None]]:
     """A fresh in-memory store served on a free loopback port, as ``agl-tinker train`` serves it: (store, url, token).
 
-    In a thread of this process (the store itself is returned), or with ``--store-process`` in a child
-    process (``adapters.store_process``; a client with the run's token is returned).
+    In a thread of this process (the store itself is returned), or with ``process`` in a child process
+    (``adapters.store_process``, as ``store_process=true`` runs it; a client with the token is returned).
     """
-    if not STORE_PROCESS:
+    if not process:
         store = agl.InMemoryLightningStore(thread_safe=True)
-        server = serve_forget(serve_finish(agl.LightningStoreServer(store, host="127.0.0.1", port=free_port())))
+        server = project_store_server(store, None, host="127.0.0.1", port=free_port())
         await server.start()
         try:
             yield store, server.endpoint, None
@@ -130,17 +132,17 @@ async def served_store() -> AsyncIterator[tuple[agl.LightningStore, str, str | N
             await server.stop()
         return
     token = uuid.uuid4().hex
-    process = StoreProcess(free_port(), token).spawn()
-    STORE_PIDS.add(cast(int, process.pid))
+    child = StoreProcess(free_port(), token).spawn()
+    STORE_PIDS.add(cast(int, child.pid))
     try:
-        await asyncio.to_thread(process.wait_ready)
-        client = TokenStoreClient(process.url, token)
+        await asyncio.to_thread(child.wait_ready)
+        client = TokenStoreClient(child.url, token)
         try:
-            yield client, process.url, token
+            yield client, child.url, token
         finally:
             await client.close()
     finally:
-        process.stop()
+        child.stop()
 
 
 @contextlib.asynccontextmanager
@@ -267,7 +269,7 @@ async def timed_batch(
         print(f"--- {name}: top 40 by cumulative time")
         stats.sort_stats("cumulative").print_stats(40)
     row = Row(name, n, wall, time.process_time() - cpu0, runner_cpu_s() - runner0)
-    if STORE_PROCESS:
+    if STORE_PIDS:
         print(f"{name}: store process CPU {1000 * (runner_cpu_s(store=True) - store0) / n:.2f} ms/rollout")
     threads1 = thread_cpu_s()
     busy = sorted(((t, cpu - threads0.get(t, 0.0)) for t, cpu in threads1.items()), key=lambda kv: -kv[1])
@@ -293,9 +295,13 @@ async def with_runners(
     runner_concurrency: int | None,
     n: int,
     concurrency: int,
+    store_process: bool = False,
 ) -> tuple[Row, list[dict[str, Any]]]:
-    """Rows (a) and (b); also the spans one rollout left in the store (what (c) replays)."""
-    async with served_store() as (store, url, token), policy_endpoint(store, renderer, server) as (_, resources_id):
+    """Rows (a), (b) and (d); also the spans one rollout left in the store (what (c) replays)."""
+    async with (
+        served_store(store_process) as (store, url, token),
+        policy_endpoint(store, renderer, server) as (_, resources_id),
+    ):
         with RunnerProcesses(AGENT_REFERENCE, url, n_processes, concurrency=runner_concurrency, token=token) as runners:
             runners.supervise()
             warm_s = await warm_up(store, resources_id, n_processes)
@@ -397,10 +403,21 @@ async def main(args: argparse.Namespace) -> None:
             print(f"spans per rollout of (a) in the store: {[s['name'] for s in spans]}", flush=True)
         if "c" in only:
             rows["c"] = await store_only(spans, args.rollouts, args.concurrency, args.runner_concurrency)
+        if "d" in only:
+            rows["d"], _ = await with_runners(
+                "(d) as (a), the store in its own process",
+                renderer,
+                "lean",
+                args.runners,
+                args.runner_concurrency,
+                args.rollouts,
+                args.concurrency,
+                store_process=True,
+            )
     print(f"load average at the end: {os.getloadavg()[0]:.1f} (2 cores, shared)")
     print(f"loop concurrency {args.concurrency}; every rollout: succeeded, 1 triplet, a reward (its own in (a), (b))")
     print(f"{'':48} {'rollouts':>8} {'wall s':>7} {'rollouts/s':>10} {'trainer CPU ms/r':>16} {'runner CPU ms/r':>15}")
-    for key in ("a", "b", "c"):
+    for key in ("a", "b", "c", "d"):
         if key in rows:
             r = rows[key]
             print(
@@ -416,6 +433,10 @@ async def main(args: argparse.Namespace) -> None:
             line += f"; (a)/(c) = {a.rate / rows['c'].rate:.2f} (target >= 0.5, i.e. within 2x)"
         print(line)
         print(f"(a) trainer process CPU: {a.trainer_cpu_s / a.rollouts * 1000:.2f} ms per rollout (time.process_time)")
+    if "d" in rows:
+        d = rows["d"]
+        cpu = d.trainer_cpu_s / d.rollouts * 1000
+        print(f"(d) {d.rate:.1f} rollouts/s, trainer process CPU {cpu:.2f} ms per rollout (target <= 5)")
 
 
 if __name__ == "__main__":
@@ -426,12 +447,10 @@ if __name__ == "__main__":
     parser.add_argument("--runner-concurrency", type=int, default=64)
     parser.add_argument("--stock-runners", type=int, default=4)
     parser.add_argument("--concurrency", type=int, default=128, help="rollouts in the store at once (the loop's cap)")
-    parser.add_argument("--only", default="a,b,c", help="rows to run, e.g. a,c (c needs a: it replays a's spans)")
+    parser.add_argument("--only", default="a,b,c,d", help="rows to run, e.g. a,c (c needs a: it replays a's spans)")
     parser.add_argument("--profile", action="store_true", help="cProfile this process during each timed batch")
     parser.add_argument("--keep-rollouts", action="store_true", help="keep finished rollouts in the store")
-    parser.add_argument("--store-process", action="store_true", help="serve the store from a child process")
     parsed = parser.parse_args()
     PROFILE = parsed.profile
-    STORE_PROCESS = parsed.store_process
     FORGET = not parsed.keep_rollouts
     asyncio.run(main(parsed))

@@ -18,9 +18,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from adapters.agl_runners import RunnerProcesses
 from adapters.endpoint import EndpointError, is_loopback
 from adapters.run_log import CHECKPOINTS_FILE, last_checkpoint
-from adapters.store_auth import STORE_TOKEN_ENV, protect, store_token
-from adapters.store_finish import serve_finish
-from adapters.store_forget import serve_forget
+from adapters.store_auth import STORE_TOKEN_ENV, store_token
+from adapters.store_server import project_store_server
 from adapters.tinker_backend import TinkerError
 from app.config import TrainConfig
 from app.faces.report import write_report
@@ -206,10 +205,8 @@ def serve_store(host: str, port: int) -> int:
     token = store_token(generate=not is_loopback(host))
 
     async def go() -> None:
-        server = agl.LightningStoreServer(agl.InMemoryLightningStore(), launcher_args=store_launcher_args(host, port))
-        serve_forget(serve_finish(server))
-        if token is not None:
-            protect(server, token)
+        launcher_args = store_launcher_args(host, port)
+        server = project_store_server(agl.InMemoryLightningStore(), token, launcher_args=launcher_args)
         await server.start()
         console.print(f"store serving at {server.endpoint} (Ctrl-C to stop)")
         if token is not None and not os.environ.get(STORE_TOKEN_ENV):

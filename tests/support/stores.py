@@ -10,8 +10,7 @@ from typing import Any
 import agentlightning as agl
 import aiohttp
 
-from adapters.store_finish import serve_finish
-from adapters.store_forget import serve_forget
+from adapters.store_server import project_store_server
 from app.launch import free_port
 from tests.support.cli import cli_process
 from tests.support.waits import until
@@ -25,12 +24,15 @@ async def served_store(
 ) -> AsyncIterator[agl.LightningStoreServer]:
     """``store`` (a fresh in-memory one by default) behind a ``LightningStoreServer`` on a free loopback port.
 
-    ``project_routes``: with the routes this project's servers add (``adapters.store_finish``, ``store_forget``);
-    False: as ``agl store`` serves it.
+    ``project_routes``: as this project's servers run (``adapters.store_server``); False: as ``agl store`` does.
     """
-    server = agl.LightningStoreServer(store or agl.InMemoryLightningStore(), host="127.0.0.1", port=free_port())
-    if project_routes:
-        serve_forget(serve_finish(server))
+    store = store or agl.InMemoryLightningStore()
+    server_args: dict[str, Any] = {"host": "127.0.0.1", "port": free_port()}
+    server = (
+        project_store_server(store, None, **server_args)
+        if project_routes
+        else agl.LightningStoreServer(store, **server_args)
+    )
     await server.start()
     try:
         yield server
