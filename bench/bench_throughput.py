@@ -3,16 +3,17 @@
 A trivial agent (``bench.bench_agents:chat_once``: one chat call through a shared
 ``openai.AsyncOpenAI`` client, then its reward) against an instant scripted sampler behind the real
 policy endpoint. Each row drives its rollouts with ``run_rollouts`` over a fresh
-``InMemoryLightningStore(thread_safe=True)`` served by a ``LightningStoreServer`` on 127.0.0.1
-(runners attach over HTTP; the loop and the endpoint use the store in this process, as
-``app.launch`` does), rebuilds every trajectory with ``EndpointTraceToTriplet`` and checks that
-every rollout succeeded with exactly one triplet carrying its reward:
+``InMemoryLightningStore(thread_safe=True)`` served on 127.0.0.1 as ``app.launch`` serves it
+(``adapters.store_server``; runners attach over HTTP; the loop and the endpoint use the store in this
+process; each rollout is forgotten once rebuilt, unless ``--keep-rollouts``), rebuilds every
+trajectory with ``EndpointTraceToTriplet`` and checks that every rollout succeeded with exactly one
+triplet carrying its reward:
 
 - (a) this project: ``RunnerProcesses(n=--runners, concurrency=--runner-concurrency)``
   (``ConcurrentRunner``) and the endpoint with ``server="lean"``;
 - (b) Agent-lightning's stock path: ``RunnerProcesses(n=--stock-runners, concurrency=None)``
-  (``LitAgentRunner``, one rollout per process, AgentOps tracer) and ``server="litellm"``
-  (``LLMProxy``);
+  (``LitAgentRunner``, one rollout per process, AgentOps tracer), ``server="litellm"``
+  (``LLMProxy``) and Agent-lightning's own store server, keeping every rollout;
 - (c) the store's own limit: no agent and no endpoint. One process stands in for a runner
   (``dequeue_many_rollouts`` under its worker id, up to ``--runner-concurrency`` at once), stores
   the spans one rollout of (a) left in the store (copied from (a), fresh ids) and marks it succeeded
@@ -116,15 +117,22 @@ def free_port() -> int:
 
 
 @contextlib.asynccontextmanager
-async def served_store(process: bool = False) -> AsyncIterator[tuple[agl.LightningStore, str, str | None]]:
+async def served_store(
+    process: bool = False, stock: bool = False
+) -> AsyncIterator[tuple[agl.LightningStore, str, str | None]]:
     """A fresh in-memory store served on a free loopback port, as ``agl-tinker train`` serves it: (store, url, token).
 
     In a thread of this process (the store itself is returned), or with ``process`` in a child process
     (``adapters.store_process``, as ``store_process=true`` runs it; a client with the token is returned).
+    ``stock``: Agent-lightning's own server, without the project's routes and middleware (row (b)).
     """
     if not process:
         store = agl.InMemoryLightningStore(thread_safe=True)
-        server = project_store_server(store, None, host="127.0.0.1", port=free_port())
+        server_args: dict[str, Any] = {"host": "127.0.0.1", "port": free_port()}
+        if stock:
+            server = agl.LightningStoreServer(store, **server_args)
+        else:
+            server = project_store_server(store, None, **server_args)
         await server.start()
         try:
             yield store, server.endpoint, None
@@ -246,6 +254,7 @@ async def timed_batch(
     runners: RunnerProcesses | None,
     *,
     check_rewards: bool = True,
+    forget: bool = True,
 ) -> tuple[Row, list[RolloutResult]]:
     first = 1000
     batch = requests(n, resources_id, start=first)
@@ -296,20 +305,23 @@ async def with_runners(
     n: int,
     concurrency: int,
     store_process: bool = False,
+    forget: bool = True,
 ) -> tuple[Row, list[dict[str, Any]]]:
     """Rows (a), (b) and (d); also the spans one rollout left in the store (what (c) replays)."""
     async with (
-        served_store(store_process) as (store, url, token),
+        served_store(store_process, stock=runner_concurrency is None) as (store, url, token),
         policy_endpoint(store, renderer, server) as (_, resources_id),
     ):
         with RunnerProcesses(AGENT_REFERENCE, url, n_processes, concurrency=runner_concurrency, token=token) as runners:
             runners.supervise()
             warm_s = await warm_up(store, resources_id, n_processes)
             print(f"{name}: {n_processes} runner process(es) ready after {warm_s:.1f} s (not timed)", flush=True)
-            row, results = await timed_batch(name, store, resources_id, n, concurrency, runners)
+            row, _results = await timed_batch(name, store, resources_id, n, concurrency, runners, forget=forget)
             if runners.alive != n_processes:
                 raise RuntimeError(f"runner processes died: {runners.describe()}")
-        spans = await store.query_spans(results[0].rollout_id, "latest")
+        # A warm-up rollout (warm-ups keep theirs): the timed ones may have been forgotten already.
+        kept = await store.query_rollouts(status_in=["succeeded"], limit=1)
+        spans = await store.query_spans(kept[0].rollout_id, "latest")
         return row, [s.model_dump(mode="json") for s in spans]
 
 
@@ -389,6 +401,7 @@ async def main(args: argparse.Namespace) -> None:
                 None,
                 args.stock_rollouts,
                 args.concurrency,
+                forget=False,  # Agent-lightning keeps every rollout
             )
         if only & {"a", "c"}:
             rows["a"], spans = await with_runners(
