@@ -18,16 +18,11 @@ from pathlib import Path
 
 import psutil
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.bench_soak import slope_kib_per_rollout
+
 ROOT = Path(__file__).resolve().parents[1]
 FROM_ROLLOUT = 30 * 80
-
-
-def slope_kib(points: list[tuple[int, float]]) -> float:
-    n = len(points)
-    mean_x, mean_y = sum(x for x, _ in points) / n, sum(y for _, y in points) / n
-    covariance = sum((x - mean_x) * (y - mean_y) for x, y in points)
-    variance = sum((x - mean_x) ** 2 for x, _ in points)
-    return 1024 * covariance / variance if variance else 0.0
 
 
 def run(keep: bool, overrides: list[str]) -> str:
@@ -54,7 +49,7 @@ def run(keep: bool, overrides: list[str]) -> str:
     return (
         f"keep_rollouts={str(keep).lower():<5} exit {child.wait()}: RSS {measured[0][1]:.0f} MiB after "
         f"{measured[0][0]} rollouts -> {measured[-1][1]:.0f} MiB after {measured[-1][0]}; "
-        f"{slope_kib(measured):.2f} KiB per rollout"
+        f"{slope_kib_per_rollout(measured):.2f} KiB per rollout"
     )
 
 

@@ -15,7 +15,7 @@ import pytest
 from adapters.store_process import StoreProcess
 from app.config import load_config
 from app.launch import free_port, train
-from tests.support.runs import batch_lines
+from tests.support.runs import assert_batches_trained
 from tests.support.waits import HANG_S, until
 
 pytestmark = pytest.mark.slow
@@ -51,10 +51,7 @@ async def test_a_run_with_its_store_in_a_process_of_its_own_trains_and_leaves_no
     summary = await train(cfg)
 
     assert (summary.start_batch, summary.end_batch) == (0, 2)
-    lines = batch_lines(Path(cfg.log_path))
-    assert [m["progress/batch"] for m in lines] == [0, 1]
-    assert all(m["env/all/by_group/frac_status_succeeded"] == 1.0 for m in lines)
-    assert all(m["env/all/reconstruct/kept"] > 0 for m in lines)
+    assert_batches_trained(Path(cfg.log_path), 2)
     assert live_children() <= before, "the store or a runner process outlived the run"
 
 

@@ -37,3 +37,11 @@ def example_overrides(tmp_path: Path, model_dir: Path, name: str, agent: str) ->
         "rollout_timeout_s=60",
         "max_batches=2",
     ]
+
+
+def assert_batches_trained(run: Path, n: int) -> None:
+    """Batches 0..n-1 logged, each with every group's rollouts succeeded and some triplets kept."""
+    lines = batch_lines(run)
+    assert [m["progress/batch"] for m in lines] == list(range(n))
+    assert all(m["env/all/by_group/frac_status_succeeded"] == 1.0 for m in lines)
+    assert all(m["env/all/reconstruct/kept"] > 0 for m in lines)
