@@ -21,6 +21,7 @@ import ipaddress
 import logging
 import os
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Literal
@@ -175,6 +176,15 @@ class PolicyEndpoint:
     def set_sampler(self, sampler: Sampler) -> int:
         """Serve new weights from the next request on; in-flight requests finish on the old ones."""
         return self._provider.set_sampler(sampler)
+
+    def forget(self, rollout_ids: Sequence[str]) -> None:
+        """Drop what the endpoint holds for these finished rollouts (their served turns)."""
+        self._provider.forget(rollout_ids)
+
+    @property
+    def rollouts_held(self) -> int:
+        """Rollouts whose served turns the endpoint holds."""
+        return self._provider.rollouts_held
 
     def take_metrics(self) -> dict[str, float]:
         """Counts since the last call: completions recorded, how prompts were built, errors answered by status."""

@@ -7,8 +7,8 @@ headers) becomes an ``agl_tinker.completion`` span in the store, with the prompt
 ids, logprobs, policy version and finish reason. It is written before the agent gets the reply, so
 it is in the store before the rollout can finish. ``adapters.endpoint_triplets`` reads them back.
 
-The served turns of each rollout are also kept here (bounded) so the next turn's prompt can
-extend them token for token (``domain.multiturn``).
+The served turns of each rollout are also kept here, until the loop forgets the finished rollout, so
+the next turn's prompt can extend them token for token (``domain.multiturn``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import json
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from agentlightning import Span
@@ -100,24 +100,35 @@ def tools_key(tools: object) -> str:
 
 
 class ServedTurns:
-    """The turns served per rollout attempt, for the most recent ``max_attempts`` attempts."""
+    """The turns served per rollout attempt, until the rollout is forgotten or one of the most recent
+    ``max_rollouts`` rollouts (a bound for rollouts nobody forgets, e.g. an agent's calls after a timeout)."""
 
-    def __init__(self, max_attempts: int = 4096) -> None:
-        self._turns: OrderedDict[tuple[str, str], list[ServedTurn]] = OrderedDict()
-        self._max = max_attempts
+    def __init__(self, max_rollouts: int = 4096) -> None:
+        self._turns: OrderedDict[str, dict[str, list[ServedTurn]]] = OrderedDict()
+        self._max = max_rollouts
         self._lock = threading.Lock()
 
     def of(self, call: RolloutCall) -> tuple[ServedTurn, ...]:
         with self._lock:
-            return tuple(self._turns.get((call.rollout_id, call.attempt_id), ()))
+            return tuple(self._turns.get(call.rollout_id, {}).get(call.attempt_id, ()))
 
     def add(self, call: RolloutCall, turn: ServedTurn) -> None:
-        key = (call.rollout_id, call.attempt_id)
         with self._lock:
-            self._turns.setdefault(key, []).append(turn)
-            self._turns.move_to_end(key)
+            self._turns.setdefault(call.rollout_id, {}).setdefault(call.attempt_id, []).append(turn)
+            self._turns.move_to_end(call.rollout_id)
             while len(self._turns) > self._max:
                 self._turns.popitem(last=False)
+
+    def forget(self, rollout_ids: Iterable[str]) -> None:
+        """Drop every attempt's turns of these rollouts (finished: no later turn of theirs will come)."""
+        with self._lock:
+            for rollout_id in rollout_ids:
+                self._turns.pop(rollout_id, None)
+
+    def __len__(self) -> int:
+        """How many rollouts have turns held."""
+        with self._lock:
+            return len(self._turns)
 
 
 def completion_span(

@@ -401,6 +401,15 @@ class PolicyProvider(CustomLLM):
             if not (item["provider"] == provider_name and item["custom_handler"] is self)
         ]
 
+    def forget(self, rollout_ids: Sequence[str]) -> None:
+        """Drop the served turns of these finished rollouts."""
+        self._served.forget(rollout_ids)
+
+    @property
+    def rollouts_held(self) -> int:
+        """Rollouts whose served turns are held (for multi-turn prompts)."""
+        return len(self._served)
+
     def take_counters(self) -> dict[str, int]:
         """Counts of attribution and multi-turn outcomes since the last call."""
         with self._lock:

@@ -1,8 +1,9 @@
-"""The trainer's RSS over the demo (`agl-tinker train`, 100 batches of 80 rollouts), forgetting vs keeping rollouts.
+"""The trainer's RSS over a long demo (`agl-tinker train`, 300 batches of 80 rollouts), forgetting vs keeping rollouts.
 
 Runs the CLI twice, ``keep_rollouts=false`` (the default) then ``true``, samples the trainer process's
 RSS every second with the number of batches its ``metrics.jsonl`` holds, and prints the least-squares
-slope of RSS over rollouts from batch 30 to the last batch logged (the exit is left out).
+slope of RSS over rollouts from batch 30 to the last batch logged (the exit is left out). The demo runs
+``n_epochs`` batches (one batch an epoch); ``n_epochs=100`` or any other override goes after the options.
 
     .venv/bin/python bench/bench_demo_memory.py [key=value ...]
 """
@@ -54,5 +55,6 @@ def run(keep: bool, overrides: list[str]) -> str:
 
 
 if __name__ == "__main__":
+    overrides = ["n_epochs=300", *sys.argv[1:]]
     for keep in (False, True):
-        print(run(keep, sys.argv[1:]), flush=True)
+        print(run(keep, overrides), flush=True)

@@ -6,6 +6,7 @@ switches sampling defaults for evaluation, and registers the endpoint as the age
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from domain.sampling import SamplingDefaults
@@ -23,6 +24,10 @@ class PolicyServer(Protocol):
 
     def set_temperature(self, temperature: float) -> SamplingDefaults:
         """Change only the default temperature; returns the previous defaults."""
+        ...
+
+    def forget(self, rollout_ids: Sequence[str]) -> None:
+        """Drop what the endpoint holds for these finished rollouts (e.g. their served turns)."""
         ...
 
     def backend_failure(self) -> str | None:

@@ -11,8 +11,9 @@ rollout that misses either is cancelled in the store and reported as ``timed_out
 the others. With a ``RunnerPool`` (runner processes this run started), a rollout whose runner process
 died ends at once as ``failed``, a hung agent's process is restarted, and a pool that gave up every
 runner ends the batch with ``NoRunners`` within a tick. A terminal status is
-snapshotted the first time it is seen; later flips in the store are ignored. With
-``forget_finished`` the store drops each finished rollout once its trajectory is rebuilt.
+snapshotted the first time it is seen; later flips in the store are ignored. Once a finished
+rollout's trajectory is rebuilt, the endpoint that served it drops what it held for it, and with
+``forget_finished`` so does the store.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 
 from domain.groups import TIMED_OUT, RolloutResult
 from domain.trajectory import EMPTY_TRAJECTORY, RewardPolicy, reconstruct_trajectory
+from ports.policy_endpoint import PolicyServer
 from ports.rollout_store import RetryPolicy, RolloutRequest, RolloutStore, SpanT, TripletSource
 from ports.runner_pool import RunnerPool
 
@@ -70,6 +72,8 @@ class RolloutOptions:
     """The policy's vocabulary: triplets with ids beyond it are rejected (another model's calls)."""
     runners: RunnerPool | None = field(default=None, compare=False)
     """The runner processes this run supervises; ``None`` when runners live elsewhere (nothing to watch)."""
+    endpoint: PolicyServer | None = field(default=None, compare=False)
+    """The endpoint serving these rollouts: it drops what it holds for each one that succeeded or failed."""
     forget_finished: bool = False
     """Drop a rollout that succeeded or failed from the store once its trajectory is rebuilt (nothing reads
     it again: a resumed run rolls its tasks out anew), so a long run's memory stays flat. Rollouts that timed
@@ -173,11 +177,12 @@ async def run_rollouts(
             progressed = True
             done = [(pending.pop(rid).index, rid, status) for rid, status in terminal.items() if rid in pending]
             await asyncio.gather(*(finish(index, rid, status) for index, rid, status in done))
-            if options.forget_finished:
-                finished = [rid for _, rid, status in done if status in FORGETTABLE]
-                if finished:
-                    await store.forget(finished)
-                    stats.store_calls += 1
+            finished = [rid for _, rid, status in done if status in FORGETTABLE]
+            if finished and options.endpoint is not None:
+                options.endpoint.forget(finished)
+            if finished and options.forget_finished:
+                await store.forget(finished)
+                stats.store_calls += 1
 
         waiting = [rid for rid, entry in pending.items() if not entry.started]
         queue_expired = any(not e.started and e.deadline <= time.monotonic() for e in pending.values())

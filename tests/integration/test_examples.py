@@ -16,16 +16,23 @@ from typing import Any
 
 import agentlightning as agl
 import pytest
+from agentlightning.execution import ThreadingEvent
 from tinker_cookbook import renderers
 
+from adapters.agl_runners import run_runner
+from adapters.agl_store import AglRolloutStore, AglTripletSource
 from adapters.endpoint import PolicyEndpoint
 from adapters.endpoint_capture import COMPLETION_SPAN, FINISH_REASON
+from adapters.endpoint_triplets import EndpointTraceToTriplet
+from app.usecases.rollouts import RolloutOptions, run_rollouts
+from ports.rollout_store import RolloutRequest
 from tests.support.endpoints import policy_endpoint
 from tests.support.rollouts import run, run_in_thread, trajectory
 from tests.support.runs import batch_lines, example_overrides
 from tests.support.samplers import TOOL_CALL, CharSampler
 from tests.support.trajectories import assert_exact, assert_extends, assert_one_datum_each
 from tests.support.vllm import VllmStyleServer
+from tests.support.waits import HANG_S
 
 pytestmark = pytest.mark.slow
 
@@ -87,6 +94,34 @@ async def test_multiturn_async_guessing_merges_three_turns_into_one_datum(
         assert t3.ob == t2.ob + t2.ac + after_first_end(renderer, second, third, sampler.im_end)
     assert endpoint.take_metrics()["endpoint/prefix/extended"] == 4.0
     await assert_one_datum_each(results)
+
+
+@pytest.mark.parametrize("released", [True, False], ids=["endpoint-in-loop", "no-endpoint"])
+async def test_the_endpoint_lets_go_of_a_rollouts_turns_once_the_loop_rebuilt_it(
+    store: agl.InMemoryLightningStore, endpoint: PolicyEndpoint, renderer: renderers.Renderer, released: bool
+) -> None:
+    from examples.multiturn.agent import guess_number
+
+    task = {"secret": 7, "low": 1, "high": 10, "max_turns": 3}
+    endpoint.set_sampler(CharSampler(renderer, ["My guess: 3", "9?", "It is 7!"]))
+    resources = await store.get_latest_resources()
+    assert resources is not None
+    stop = ThreadingEvent()
+    runner = asyncio.create_task(run_runner(guess_number, store, stop, poll_interval_s=0.02))
+    try:
+        results = await run_rollouts(
+            [RolloutRequest(task=task, mode="train", resources_id=resources.resources_id)] * 2,
+            store=AglRolloutStore(store),
+            triplets=AglTripletSource(EndpointTraceToTriplet()),
+            options=RolloutOptions(rollout_timeout_s=HANG_S, endpoint=endpoint if released else None),
+        )
+    finally:
+        stop.set()
+        await asyncio.wait_for(runner, 30)
+
+    assert [(r.status, len(r.trajectory.transitions)) for r in results] == [("succeeded", 3)] * 2
+    assert endpoint.take_metrics()["endpoint/prefix/extended"] == 4.0  # the held turns were used
+    assert endpoint.rollouts_held == (0 if released else 2)
 
 
 async def test_multiturn_sync_guessing_runs_in_a_thread_hosted_runner_and_merges(
