@@ -24,6 +24,7 @@ from typing import TypeVar, cast
 import tinker
 from tinker import types
 
+from adapters.sampler_coalescing import DEFAULT_WINDOW_S, CoalescingSampler
 from ports.policy import (
     AdamParams,
     ForwardBackwardOutput,
@@ -69,6 +70,8 @@ class TinkerConfig:
     request_timeout_s: float = 900.0
     """Bound on one training call (forward-backward, optimizer step, checkpoint)."""
     sample_timeout_s: float = 300.0
+    coalesce_window_s: float = DEFAULT_WINDOW_S
+    """How long a sample request waits to share one call with others for the same prompt (0: never)."""
     ttl_seconds: int | None = None
     """Lifetime of saved checkpoints on the server; None keeps them."""
 
@@ -257,9 +260,7 @@ async def _bounded(awaitable: Awaitable[T], timeout_s: float, what: str, server:
         raise tinker_failure(error, what, server) from error
 
 
-def loss_from_outputs(
-    data_D: Sequence[TrainingDatum], logprobs_D: Sequence[Sequence[float]], loss: LossName
-) -> float:
+def loss_from_outputs(data_D: Sequence[TrainingDatum], logprobs_D: Sequence[Sequence[float]], loss: LossName) -> float:
     """Tinker's summed loss, from the per-token logprobs a server returned (for servers that send no ``loss:sum``)."""
     import torch
 
@@ -424,13 +425,15 @@ class TinkerTrainer:
         )
         return {k: float(v) for k, v in (response.metrics or {}).items()}
 
-    async def sampler(self, name: str) -> TinkerSampler:
-        """A sampler on the current weights (``name`` labels it here; the SDK's snapshots are unnamed)."""
+    async def sampler(self, name: str) -> CoalescingSampler:
+        """A sampler on the current weights (``name`` labels it here; the SDK's snapshots are unnamed).
+
+        Concurrent requests for the same prompt share one SDK call (``adapters.sampler_coalescing``)."""
         client = await self._train_call(
             lambda: self._client.save_weights_and_get_sampling_client().result(),
             "save_weights_and_get_sampling_client",
         )
-        return self._sampler(client, name)
+        return CoalescingSampler(self._sampler(client, name), window_s=self._config.coalesce_window_s)
 
     async def save_state(self, name: str) -> str:
         response = await self._train_call(
@@ -450,19 +453,25 @@ class TinkerTrainer:
         except TinkerError as error:
             if not isinstance(error.__cause__, _NOT_OFFERED):
                 raise
-            logger.info("%s cannot create a training client from a state; loading it as a fresh client's first call",
-                        self._server)
+            logger.info(
+                "%s cannot create a training client from a state; loading it as a fresh client's first call",
+                self._server,
+            )
             client = await self._load_into_fresh_client(path, reuse=fresh)
         self._client, self._fresh = client, False
 
     async def _load_into_fresh_client(self, path: str, *, reuse: bool) -> tinker.TrainingClient:
         def load() -> tinker.TrainingClient:
-            client = self._client if reuse else self._service.create_lora_training_client(
-                base_model=self._config.base_model,
-                rank=self._config.lora_rank,
-                seed=self._config.seed,
-                train_unembed=self._config.train_unembed,
-            ).result()
+            client = (
+                self._client
+                if reuse
+                else self._service.create_lora_training_client(
+                    base_model=self._config.base_model,
+                    rank=self._config.lora_rank,
+                    seed=self._config.seed,
+                    train_unembed=self._config.train_unembed,
+                ).result()
+            )
             # Deprecated in tinker 0.38 (it logs so at ERROR level), and safe only here: no request came before.
             sdk_log = logging.getLogger("tinker.lib.public_interfaces.training_client")
             sdk_log.addFilter(_quiet_deprecation)
@@ -503,9 +512,7 @@ class TinkerTrainer:
         return f"TinkerTrainer(base_model={self._config.base_model!r}, rank={self._config.lora_rank})"
 
 
-def check_capabilities(
-    capabilities: types.GetServerCapabilitiesResponse, config: TinkerConfig, server: str
-) -> None:
+def check_capabilities(capabilities: types.GetServerCapabilitiesResponse, config: TinkerConfig, server: str) -> None:
     """The server must list the base model (when it lists any); ``TinkerError`` names what it serves."""
     names = [m.model_name for m in capabilities.supported_models if m.model_name]
     if names and config.base_model not in names:

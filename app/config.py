@@ -44,6 +44,9 @@ class PolicyConfig(_Frozen):
     The local backend's LoRA adapts every linear layer but the output layer, whatever this says."""
     num_threads: int | None = Field(default=None, ge=1)
     """local: torch threads; unset leaves one core for the event loop."""
+    coalesce_window_s: float = Field(default=0.02, ge=0, le=5)
+    """tinker: how long a sample request waits for others with the same prompt and parameters (a GRPO group's
+    first turns) to go to the server as one call with their samples summed; 0 sends each request alone."""
 
     @model_validator(mode="after")
     def _backend_fields(self) -> PolicyConfig:

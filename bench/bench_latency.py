@@ -20,8 +20,14 @@ one triplet, its reward).
    per-process stock figure is extrapolated linearly to 64 processes (labelled as such: 64 real
    processes do not fit this machine's 2 cores).
 
+3. Scaled: ``--scaled-rollouts`` (2048) rollouts on ``--scaled-runners`` (8) ``ConcurrentRunner``
+   processes of 64 each, loop concurrency 512, each LLM call taking a latency drawn uniformly from
+   1-5 s (seeded): the wall time against the ideal (the latencies drawn, divided by 512 slots), the
+   most calls in flight at once, and the trainer's CPU per rollout and share of one core: a trainer
+   that keeps up finishes near the ideal with most of its core to spare.
+
     .venv/bin/python bench/bench_latency.py [--rollouts 256] [--latency 0.5] [--memory-latency 2.0]
-        [--stock-runners 8] [--only wall,memory,stock]
+        [--stock-runners 8] [--scaled-runners 8] [--scaled-rollouts 2048] [--only wall,memory,stock,scaled]
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import random
 import sys
 import tempfile
 import time
@@ -61,27 +68,49 @@ from bench.bench_throughput import (
     tiny_renderer,
     warm_up,
 )
-from ports.policy import SampledSequence, SamplingParams
+from ports.policy import SampledSequence, SamplingParams, StopReason
 
 RUNNER_CONCURRENCY = 64
 MiB = 1024 * 1024
 
 
 class CountingSampler(ConstantSampler):
-    """``ConstantSampler`` that counts the calls inside it right now."""
+    """``ConstantSampler`` that counts the calls inside it right now, and the most at once."""
 
     def __init__(self, renderer: renderers.Renderer, delay_s: float) -> None:
         super().__init__(renderer, delay_s)
         self.in_flight = 0
+        self.peak = 0
+
+    def latency_s(self) -> float:
+        """How long the next call takes."""
+        return self.delay_s
 
     async def sample(
         self, prompt_tokens: Sequence[int], params: SamplingParams, num_samples: int = 1
     ) -> Sequence[SampledSequence]:
         self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
         try:
-            return await super().sample(prompt_tokens, params, num_samples)
+            await asyncio.sleep(self.latency_s())
+            return [SampledSequence(self.reply, tuple(-0.1 for _ in self.reply), StopReason.STOP)] * num_samples
         finally:
             self.in_flight -= 1
+
+
+class SpreadSampler(CountingSampler):
+    """Each call takes a latency drawn uniformly from ``[low_s, high_s]`` (seeded); ``drawn_s`` sums them."""
+
+    def __init__(self, renderer: renderers.Renderer, low_s: float, high_s: float, seed: int = 0) -> None:
+        super().__init__(renderer, 0.0)
+        self._random = random.Random(seed)
+        self._low_s, self._high_s = low_s, high_s
+        self.drawn_s = 0.0
+
+    def latency_s(self) -> float:
+        delay_s = self._random.uniform(self._low_s, self._high_s)
+        self.drawn_s += delay_s
+        return delay_s
 
 
 def runner_processes() -> list[psutil.Process]:
@@ -156,6 +185,36 @@ async def in_flight_memory(
     return peak
 
 
+async def scaled(renderer: renderers.Renderer, n_processes: int, n: int) -> None:
+    """Part 3: ``n`` rollouts of a 1-5 s LLM call on ``n_processes`` runner processes, all slots busy."""
+    slots = n_processes * RUNNER_CONCURRENCY
+    async with (
+        served_store() as (store, url, token),
+        policy_endpoint(store, renderer, "lean") as (endpoint, rid),
+    ):
+        with RunnerProcesses(AGENT_REFERENCE, url, n_processes, concurrency=RUNNER_CONCURRENCY, token=token) as runners:
+            runners.supervise()
+            ready = await warm_up(store, rid, n_processes)
+            print(
+                f"{n_processes} ConcurrentRunner({RUNNER_CONCURRENCY}) processes ready after {ready:.1f} s (not timed)"
+            )
+            sampler = SpreadSampler(renderer, 1.0, 5.0)
+            endpoint.set_sampler(sampler)
+            cpu0 = time.process_time()
+            wall = await timed(store, rid, n, slots, runners)
+            cpu = time.process_time() - cpu0
+            if runners.alive != n_processes:
+                raise RuntimeError(f"runner processes died: {runners.describe()}")
+    ideal = sampler.drawn_s / slots
+    print(
+        f"scaled: {n} rollouts, 1-5 s per LLM call (mean {sampler.drawn_s / n:.2f} s), {n_processes} runner "
+        f"processes x {RUNNER_CONCURRENCY}, loop concurrency {slots}: {wall:.2f} s vs ideal {ideal:.2f} s, ratio "
+        f"{wall / ideal:.2f}; {n / wall:.1f} rollouts/s; at most {sampler.peak} LLM calls in flight; trainer CPU "
+        f"{cpu:.2f} s ({1000 * cpu / n:.2f} ms/rollout, {100 * cpu / wall:.0f}% of one core)",
+        flush=True,
+    )
+
+
 def mib(value: float) -> str:
     return f"{value / MiB:7.0f} MiB"
 
@@ -198,6 +257,8 @@ async def main(args: argparse.Namespace) -> None:
                             f"[{peak.samples} samples]",
                             flush=True,
                         )
+        if "scaled" in only:
+            await scaled(renderer, args.scaled_runners, args.scaled_rollouts)
         if "stock" in only:
             n = args.stock_runners
             # The lean endpoint here too: the runner side is the stock one, and the LiteLLM proxy's start-up
@@ -235,5 +296,7 @@ if __name__ == "__main__":
     parser.add_argument("--latency", type=float, default=0.5, help="seconds per LLM call, part 1")
     parser.add_argument("--memory-latency", type=float, default=2.0, help="seconds per LLM call, part 2")
     parser.add_argument("--stock-runners", type=int, default=8)
-    parser.add_argument("--only", default="wall,memory,stock", help="parts to run: wall, memory, stock")
+    parser.add_argument("--scaled-runners", type=int, default=8, help="runner processes, part 3")
+    parser.add_argument("--scaled-rollouts", type=int, default=2048, help="rollouts, part 3")
+    parser.add_argument("--only", default="wall,memory,scaled,stock", help="parts to run: wall, memory, scaled, stock")
     asyncio.run(main(parser.parse_args()))

@@ -6,6 +6,7 @@ The server runs on this machine's CPU with the project's tiny model (``adapters.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import subprocess
@@ -140,6 +141,24 @@ async def test_every_loss_function_trains_through_the_server(server: tuple[Skyrl
     await trainer.optim_step(AdamParams(learning_rate=5e-2))
     after = await trainer.forward_backward([sft], LossName.CROSS_ENTROPY)
     assert after.logprobs_D[0][n_prompt:] != pytest.approx(sequence.logprobs, abs=1e-4)
+
+
+async def test_a_groups_concurrent_requests_reach_the_server_as_one_call(server: tuple[SkyrlServer, Path]) -> None:
+    skyrl, model = server
+    trainer = await TinkerTrainer.connect(
+        TinkerConfig(
+            base_model=str(model), lora_rank=RANK, train_unembed=False, base_url=skyrl.url, connect_timeout_s=CONNECT_S
+        )
+    )
+    sampler = await trainer.sampler("group")
+    params = SamplingParams(max_tokens=3, temperature=1.0)
+
+    replies = await asyncio.gather(*(sampler.sample([5, 17, 42, 9], params) for _ in range(6)))
+
+    assert (sampler.counts.requests, sampler.counts.calls) == (6, 1)
+    for (sequence,) in replies:
+        assert 1 <= len(sequence.tokens) == len(sequence.logprobs) <= 3
+        assert all(math.isfinite(x) and x <= 0 for x in sequence.logprobs)
 
 
 async def test_a_lora_target_skyrl_would_not_train_is_refused_at_connect(server: tuple[SkyrlServer, Path]) -> None:
