@@ -56,7 +56,10 @@ async def test_other_prompts_or_parameters_never_share_a_call() -> None:
     greedy = SamplingParams(max_tokens=4, temperature=0.0)
 
     await asyncio.gather(
-        sampler.sample([1], PARAMS), sampler.sample([2], PARAMS), sampler.sample([1], greedy), sampler.sample([1], PARAMS)
+        sampler.sample([1], PARAMS),
+        sampler.sample([2], PARAMS),
+        sampler.sample([1], greedy),
+        sampler.sample([1], PARAMS),
     )
 
     assert Counter(inner.calls) == Counter([((1,), PARAMS, 2), ((2,), PARAMS, 1), ((1,), greedy, 1)])
