@@ -22,7 +22,8 @@ one triplet, its reward).
 
 3. Scaled: ``--scaled-rollouts`` (2048) rollouts on ``--scaled-runners`` (8) ``ConcurrentRunner``
    processes of 64 each, loop concurrency 512, each LLM call taking a latency drawn uniformly from
-   1-5 s (seeded): the wall time against the ideal (the latencies drawn, divided by 512 slots), the
+   1-5 s (seeded): the wall time against the ideal (the latencies drawn, each started the moment one of
+   the 512 slots frees, as a runner, store and trainer that cost nothing would), the
    most calls in flight at once, and the trainer's CPU per rollout and share of one core: a trainer
    that keeps up finishes near the ideal with most of its core to spare.
 
@@ -35,8 +36,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import heapq
 import os
 import random
+import statistics
 import sys
 import tempfile
 import time
@@ -99,18 +102,26 @@ class CountingSampler(ConstantSampler):
 
 
 class SpreadSampler(CountingSampler):
-    """Each call takes a latency drawn uniformly from ``[low_s, high_s]`` (seeded); ``drawn_s`` sums them."""
+    """Each call takes a latency drawn uniformly from ``[low_s, high_s]`` (seeded); ``drawn`` keeps them in order."""
 
     def __init__(self, renderer: renderers.Renderer, low_s: float, high_s: float, seed: int = 0) -> None:
         super().__init__(renderer, 0.0)
         self._random = random.Random(seed)
         self._low_s, self._high_s = low_s, high_s
-        self.drawn_s = 0.0
+        self.drawn: list[float] = []
 
     def latency_s(self) -> float:
         delay_s = self._random.uniform(self._low_s, self._high_s)
-        self.drawn_s += delay_s
+        self.drawn.append(delay_s)
         return delay_s
+
+    def ideal_s(self, slots: int) -> float:
+        """The makespan of the calls as drawn on ``slots`` slots with no other cost: each call starts the moment
+        a slot frees (a runner, store and trainer that cost nothing would finish then)."""
+        free_at = [0.0] * slots
+        for delay_s in self.drawn:
+            heapq.heappush(free_at, heapq.heappop(free_at) + delay_s)
+        return max(free_at)
 
 
 def runner_processes() -> list[psutil.Process]:
@@ -205,9 +216,9 @@ async def scaled(renderer: renderers.Renderer, n_processes: int, n: int) -> None
             cpu = time.process_time() - cpu0
             if runners.alive != n_processes:
                 raise RuntimeError(f"runner processes died: {runners.describe()}")
-    ideal = sampler.drawn_s / slots
+    ideal = sampler.ideal_s(slots)
     print(
-        f"scaled: {n} rollouts, 1-5 s per LLM call (mean {sampler.drawn_s / n:.2f} s), {n_processes} runner "
+        f"scaled: {n} rollouts, 1-5 s per LLM call (mean {statistics.mean(sampler.drawn):.2f} s), {n_processes} runner "
         f"processes x {RUNNER_CONCURRENCY}, loop concurrency {slots}: {wall:.2f} s vs ideal {ideal:.2f} s, ratio "
         f"{wall / ideal:.2f}; {n / wall:.1f} rollouts/s; at most {sampler.peak} LLM calls in flight; trainer CPU "
         f"{cpu:.2f} s ({1000 * cpu / n:.2f} ms/rollout, {100 * cpu / wall:.0f}% of one core)",
