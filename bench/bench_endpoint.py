@@ -11,9 +11,10 @@ Rows: ``lean`` and ``litellm`` over an instant scripted sampler (the endpoint's 
 ``--tinker``, ``lean`` over the tinker SDK's sampler on SkyRL's Tinker-API server (the project's
 tiny model on this machine's CPU; ``adapters.tinker_server.skyrl``), each request its own SDK call
 (``coalesce_window_s=0``) vs a group's requests coalesced into one call (the default,
-``adapters.sampler_coalescing``).
+``adapters.sampler_coalescing``), alternating ``--repeat`` times, with the ratio of their medians.
 
     .venv/bin/python bench/bench_endpoint.py [--requests 320] [--group-size 8] [--concurrency 2] [--tinker]
+        [--repeat 3]
 """
 
 from __future__ import annotations
@@ -217,21 +218,28 @@ def report(r: Result) -> str:
 
 async def tinker_rows(
     renderer: renderers.Renderer, model: Path, args: argparse.Namespace, workdir: Path
-) -> list[Result]:
-    """Rows over the tinker SDK on SkyRL: each request alone, then a group's requests coalesced."""
+) -> tuple[list[Result], list[Result]]:
+    """Rows over the tinker SDK on SkyRL, alternating ``--repeat`` times: each request alone, then coalesced."""
     install()
-    rows = []
+    alone: list[Result] = []
+    coalesced: list[Result] = []
     with SkyrlServer(model, workdir / "server") as skyrl:
-        for name, window_s in (("lean + tinker, each request alone", 0.0), ("lean + tinker, groups coalesced", 0.02)):
-            trainer = await TinkerTrainer.connect(
-                TinkerConfig(base_model=str(model), train_unembed=False, base_url=skyrl.url, coalesce_window_s=window_s)
-            )
-            sampler = await trainer.sampler(name)
-            await sampler.sample([1, 2, 3], SamplingParams(max_tokens=2))  # the SDK's session, joined once
-            row = await run_row(name, "lean", renderer, sampler, args.requests, args.group_size, args.concurrency)
-            print(report(row), flush=True)
-            rows.append(row)
-    return rows
+        for _ in range(args.repeat):
+            for name, window_s, rows in (
+                ("lean + tinker, each request alone", 0.0, alone),
+                ("lean + tinker, groups coalesced", 0.02, coalesced),
+            ):
+                trainer = await TinkerTrainer.connect(
+                    TinkerConfig(
+                        base_model=str(model), train_unembed=False, base_url=skyrl.url, coalesce_window_s=window_s
+                    )
+                )
+                sampler = await trainer.sampler(name)
+                await sampler.sample([1, 2, 3], SamplingParams(max_tokens=2))  # the SDK's session, joined once
+                row = await run_row(name, "lean", renderer, sampler, args.requests, args.group_size, args.concurrency)
+                print(report(row), flush=True)
+                rows.append(row)
+    return alone, coalesced
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -257,9 +265,16 @@ async def main(args: argparse.Namespace) -> None:
     )
     if args.tinker:
         alone, coalesced = await tinker_rows(renderer, model, args, workdir)
+
+        def median(rows: list[Result], value: Callable[[Result], float]) -> float:
+            return statistics.median(value(r) for r in rows)
+
+        cpu = median(coalesced, lambda r: r.cpu_ms_per_request) / median(alone, lambda r: r.cpu_ms_per_request)
+        p50 = median(coalesced, lambda r: r.p50_ms) / median(alone, lambda r: r.p50_ms)
+        rate = median(coalesced, lambda r: r.per_s) / median(alone, lambda r: r.per_s)
         print(
-            f"tinker, coalesced/alone: CPU/request x{coalesced.cpu_ms_per_request / alone.cpu_ms_per_request:.2f}, "
-            f"p50 x{coalesced.p50_ms / alone.p50_ms:.2f}, throughput x{coalesced.per_s / alone.per_s:.2f}"
+            f"tinker, coalesced/alone (medians of {args.repeat} rows each): CPU/request x{cpu:.2f}, p50 x{p50:.2f}, "
+            f"throughput x{rate:.2f}"
         )
 
 
@@ -269,6 +284,7 @@ if __name__ == "__main__":
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--concurrency", type=int, default=2, help="groups in flight")
     parser.add_argument("--tinker", action="store_true", help="also the rows over SkyRL's Tinker-API server")
+    parser.add_argument("--repeat", type=int, default=3, help="times each Tinker row runs, alternating")
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
     asyncio.run(main(args))
