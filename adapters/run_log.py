@@ -1,7 +1,8 @@
 """The run-log ports on files in the run's ``log_path``, in tinker-cookbook's formats.
 
 Checkpoint records are ``checkpoints.jsonl`` lines read back with the cookbook's
-``get_last_checkpoint``; metrics go through its ``ml_log`` loggers (``metrics.jsonl``, W&B).
+``get_last_checkpoint``; metrics go through its ``ml_log`` loggers (``metrics.jsonl``, W&B);
+training rollouts, when asked for, are ``rollouts.jsonl`` lines.
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ from pathlib import Path
 from tinker_cookbook.checkpoint_utils import get_last_checkpoint
 from tinker_cookbook.utils import ml_log
 
+from domain.groups import RolloutResult
 from ports.run_log import Checkpoint
 
 CHECKPOINTS_FILE = "checkpoints.jsonl"
 METRICS_FILE = "metrics.jsonl"
+ROLLOUTS_FILE = "rollouts.jsonl"
 REFERENCE_FILE = "kl_reference.json"
 FRONTIER, PENDING, PLANNED = "async_frontier", "async_pending", "planned_batches"
 """Extra keys of an asynchronous run's checkpoint records (the cookbook keeps unknown keys in ``extra``)."""
@@ -80,6 +83,43 @@ class CookbookMetricsLog:
     def truncate_from(self, step: int) -> None:
         if self.log_path is not None:
             truncate_metrics(self.log_path / METRICS_FILE, step)
+
+
+class JsonlRolloutLog:
+    """``ports.run_log.RolloutLog`` over ``log_path/rollouts.jsonl``: one line per rollout, appended as it finishes.
+
+    A line holds the dataset batch, the rollout id, its status (and the loop's reason for ending it), the
+    total reward, and every kept transition's prompt and sampled token ids, logprobs, reward and policy
+    version; rejected triplets are counted by reason. A batch redone after a resume appears again, with
+    new rollout ids.
+    """
+
+    def __init__(self, log_path: str | Path) -> None:
+        self.path = Path(log_path) / ROLLOUTS_FILE
+
+    def append(self, batch: int, result: RolloutResult) -> None:
+        trajectory = result.trajectory
+        record = {
+            "batch": batch,
+            "rollout_id": result.rollout_id,
+            "status": result.status,
+            "reason": result.reason,
+            "total_reward": trajectory.total_reward,
+            "final_reward_missing": trajectory.final_reward_missing,
+            "rejected": {reason.value: n for reason, n in trajectory.rejection_counts().items()},
+            "transitions": [
+                {
+                    "ob": list(t.ob),
+                    "ac": list(t.ac),
+                    "logprobs": list(t.logprobs),
+                    "reward": t.reward,
+                    "policy_version": t.policy_version,
+                }
+                for t in trajectory.transitions
+            ],
+        }
+        with open(self.path, "a") as file:
+            file.write(json.dumps(record) + "\n")
 
 
 def truncate_metrics(path: Path, step: int) -> int:

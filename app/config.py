@@ -172,6 +172,9 @@ class TrainConfig(_Frozen):
     keep_rollouts: bool = False
     """Keep every finished rollout and its spans in the store (to browse them in Agent-lightning's dashboard);
     by default the store forgets a rollout once its trajectory is rebuilt, so memory stays flat over a long run."""
+    save_rollouts: bool = False
+    """Write every training rollout as rebuilt (status, token ids, logprobs, rewards) to ``log_path/rollouts.jsonl``
+    as it finishes: what a run trained on stays readable after the trainer let go of it."""
     rollout_timeout_s: float = Field(default=120.0, gt=0)
     """Deadline of one rollout from when a runner starts it; past it the rollout is cancelled and counted as timed
     out (the runner process of a hung agent is restarted)."""

@@ -40,7 +40,7 @@ from adapters.cookbook_groups import CookbookGroups
 from adapters.cookbook_training import CookbookTrainingData, supervised_datum
 from adapters.endpoint import EndpointConfig, PolicyEndpoint
 from adapters.endpoint_triplets import EndpointTraceToTriplet
-from adapters.run_log import CookbookMetricsLog, JsonlCheckpointLog
+from adapters.run_log import CookbookMetricsLog, JsonlCheckpointLog, JsonlRolloutLog
 from adapters.store_auth import STORE_TOKEN_ENV, TokenStoreClient, store_token
 from adapters.store_process import StoreProcess
 from adapters.store_server import project_store_server
@@ -494,6 +494,7 @@ async def open_run_on_store(
                 checkpoints=JsonlCheckpointLog(config.log_path),
                 metrics=CookbookMetricsLog(ml_logger, config.log_path),
                 warm_start_data=[supervised_datum(chat, backend.renderer) for chat in chats],
+                rollout_log=JsonlRolloutLog(config.log_path) if config.save_rollouts else None,
             )
             yield Run(parts=parts, endpoint=endpoint, renderer=backend.renderer, store=store)
     finally:

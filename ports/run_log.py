@@ -1,4 +1,4 @@
-"""Where a run leaves its trace on disk: checkpoint records, the KL reference, and metrics.
+"""Where a run leaves its trace on disk: checkpoint records, the KL reference, metrics and rollouts.
 
 Checkpoint records follow tinker-cookbook's ``checkpoints.jsonl``; metrics its ``ml_log`` loggers.
 """
@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
+
+from domain.groups import RolloutResult
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,4 +60,12 @@ class MetricsLog(Protocol):
 
     def truncate_from(self, step: int) -> None:
         """Forget the lines of ``step`` and later: a resumed run logs them again, so none is doubled."""
+        ...
+
+
+class RolloutLog(Protocol):
+    """Every training rollout as rebuilt, written once it finishes, so it can be read after the trainer let go of it."""
+
+    def append(self, batch: int, result: RolloutResult) -> None:
+        """Record one finished rollout of dataset batch ``batch`` (its status, tokens, logprobs and rewards)."""
         ...

@@ -166,7 +166,7 @@ async def run_async_training(
                             rollouts=replace(settings.rollouts, concurrency=max(1, task_group.num_envs)),
                             remove_constant_reward_groups=settings.remove_constant_reward_groups,
                         ),
-                        on_result=forward_rollouts(hooks.on_rollout),
+                        on_result=forward_rollouts(hooks.on_rollout, parts.rollout_log, key[0]),
                     )
                 finally:
                     flow.ended_one()

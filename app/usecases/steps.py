@@ -30,7 +30,7 @@ from domain.stats import mean_per_key
 from ports.policy import AdamParams, LogprobScorer, LossName, Trainer, TrainingDatum
 from ports.policy_endpoint import PolicyServer
 from ports.rollout_store import RolloutStore, SpanT, TripletSource
-from ports.run_log import Checkpoint, CheckpointLog, MetricsLog
+from ports.run_log import Checkpoint, CheckpointLog, MetricsLog, RolloutLog
 from ports.training_data import KLPenalty, TrainingDataBuilder
 from ports.trajectory_groups import GroupAssembler, GroupT, MemberT, TaskBatches, TaskGroupT
 
@@ -189,6 +189,8 @@ class TrainingParts(Generic[TaskGroupT, MemberT, GroupT, SpanT]):
     metrics: MetricsLog
     warm_start_data: Sequence[TrainingDatum] = ()
     """Cross-entropy datums of the supervised warm start (none: no warm start)."""
+    rollout_log: RolloutLog | None = None
+    """Where every training rollout is written as rebuilt (none: nowhere)."""
 
 
 def total_batches(settings: TrainingSettings, n_batches: int) -> int:
@@ -403,10 +405,20 @@ def reached(settings: TrainingSettings, summary: TrainingSummary) -> bool:
     return settings.target_test_reward is not None and (summary.reward_after or 0.0) >= settings.target_test_reward
 
 
-def forward_rollouts(callback: Callable[[RolloutResult], None] | None) -> Callable[[int, RolloutResult], None] | None:
-    if callback is None:
+def forward_rollouts(
+    callback: Callable[[RolloutResult], None] | None, log: RolloutLog | None = None, batch: int = 0
+) -> Callable[[int, RolloutResult], None] | None:
+    """Each finished rollout to the run's hook and to its rollout log (as rollouts of dataset batch ``batch``)."""
+    if callback is None and log is None:
         return None
-    return lambda _index, result: callback(result)
+
+    def forward(_index: int, result: RolloutResult) -> None:
+        if log is not None:
+            log.append(batch, result)
+        if callback is not None:
+            callback(result)
+
+    return forward
 
 
 async def evaluate_and_record(

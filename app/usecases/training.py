@@ -98,7 +98,7 @@ async def run_training(
             assembler=parts.assembler,
             mode="train",
             options=options,
-            on_result=forward_rollouts(hooks.on_rollout),
+            on_result=forward_rollouts(hooks.on_rollout, parts.rollout_log, i_batch),
             stats=stats,
         )
         metrics["time/sample"] = time.perf_counter() - t_sample

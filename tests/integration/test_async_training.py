@@ -14,7 +14,7 @@ import pytest
 from adapters.run_log import CHECKPOINTS_FILE
 from app.launch import train
 from app.usecases.steps import REWARD_KEY, TrainingHooks
-from tests.integration.test_training import batch_lines, cli, config
+from tests.integration.test_training import batch_lines, cli, config, rollout_lines
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +22,7 @@ ASYNC = {"async.enabled": "true", "async.sampling_steps_ahead": 1, "async.max_st
 
 
 async def test_async_mode_learns_with_bounded_staleness(tmp_path: Path) -> None:
-    cfg = config(tmp_path, max_batches=12, seed=1, kl_penalty_coef=0, **ASYNC)
+    cfg = config(tmp_path, max_batches=12, seed=1, kl_penalty_coef=0, save_rollouts="true", **ASYNC)
     summary = await train(cfg)
 
     lines = batch_lines(Path(cfg.log_path))
@@ -38,6 +38,9 @@ async def test_async_mode_learns_with_bounded_staleness(tmp_path: Path) -> None:
     for m in lines:  # the staleness-aware rate: full on fresh data, halved one version behind
         assert m["optim/lr"] == pytest.approx(cfg.learning_rate / (1 + m["async/staleness_mean"]))
         assert m["optim/learning_rate"] == pytest.approx(m["optim/lr"]), "the optimizer ran at the logged rate"
+    saved = rollout_lines(Path(cfg.log_path))
+    assert {r["batch"] for r in saved} == set(range(12)) and {r["status"] for r in saved} == {"succeeded"}
+    assert all(sum(1 for r in saved if r["batch"] == b) >= 32 for b in range(12))
 
 
 async def test_stale_groups_are_dropped_and_rolled_out_again(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from adapters.run_log import CHECKPOINTS_FILE
+from adapters.run_log import CHECKPOINTS_FILE, ROLLOUTS_FILE
 from app.config import TrainConfig, load_config
 from app.launch import train
 from app.usecases.steps import REWARD_KEY, NothingToTrain, TrainingHooks
@@ -23,6 +23,10 @@ from tests.support.waits import HANG_S, wait_until
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def rollout_lines(run: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run / ROLLOUTS_FILE).read_text().splitlines()]
 
 
 def config(tmp_path: Path, **overrides: Any) -> TrainConfig:
@@ -43,7 +47,7 @@ def config(tmp_path: Path, **overrides: Any) -> TrainConfig:
 
 
 async def test_the_reward_rises_through_the_real_pipeline(tmp_path: Path) -> None:
-    cfg = config(tmp_path, max_batches=12, seed=1, kl_penalty_coef=0)
+    cfg = config(tmp_path, max_batches=12, seed=1, kl_penalty_coef=0, save_rollouts="true")
     summary = await train(cfg)
 
     rewards = [m[REWARD_KEY] for m in batch_lines(Path(cfg.log_path))]
@@ -52,6 +56,15 @@ async def test_the_reward_rises_through_the_real_pipeline(tmp_path: Path) -> Non
     assert first < 0.5, rewards
     assert last > first + 0.3, rewards
     assert all(m["optim/n_datums"] > 0 for m in batch_lines(Path(cfg.log_path)))
+    # Every rollout trained on is on disk, as rebuilt: per batch, its rewards average to the logged reward.
+    saved = rollout_lines(Path(cfg.log_path))
+    assert [sum(1 for r in saved if r["batch"] == b) for b in range(12)] == [32] * 12
+    for b, reward in enumerate(rewards):
+        batch = [r for r in saved if r["batch"] == b]
+        assert sum(r["total_reward"] for r in batch) / 32 == pytest.approx(reward)
+    for r in saved:
+        (turn,) = r["transitions"]
+        assert r["status"] == "succeeded" and turn["ob"] and 1 <= len(turn["ac"]) == len(turn["logprobs"]) <= 4
 
 
 async def test_an_interrupted_run_resumes_at_its_checkpoint_without_repeating_trained_batches(tmp_path: Path) -> None:
@@ -93,7 +106,7 @@ async def test_a_run_whose_agent_always_fails_stops_loudly_and_logs_every_rollou
     """an agent that raises on every rollout -> the run stops with one line naming the failures, exit 1"""
     cfg = config(
         tmp_path, agent="tests.integration.training_agents:failing_agent", max_batches=5, max_empty_batches=2,
-        n_runners=1, rollout_timeout_s=30, **{"warm_start.steps": 0},
+        n_runners=1, rollout_timeout_s=30, save_rollouts="true", **{"warm_start.steps": 0},
     )  # fmt: skip
     with pytest.raises(NothingToTrain) as raised:
         await train(cfg)
@@ -112,6 +125,8 @@ async def test_a_run_whose_agent_always_fails_stops_loudly_and_logs_every_rollou
     checkpoints = run / CHECKPOINTS_FILE
     records = [json.loads(line) for line in checkpoints.read_text().splitlines()] if checkpoints.exists() else []
     assert not any(r["final"] for r in records)
+    saved = rollout_lines(run)
+    assert len(saved) == 64 and {(r["status"], len(r["transitions"])) for r in saved} == {("failed", 0)}
 
 
 def test_the_cli_reports_a_run_that_never_trained_as_one_error_line(tmp_path: Path) -> None:
