@@ -29,7 +29,6 @@ _Key = tuple[int, tuple[int, ...], SamplingParams]
 class _Call:
     done: asyncio.Future[list[SampledSequence]]
     num_samples: int = 0
-    requests: int = 0
 
 
 @dataclass(slots=True)
@@ -73,7 +72,6 @@ class CoalescingSampler:
             loop.call_later(self.window_s, self._send, key, call)
         first = call.num_samples
         call.num_samples += num_samples
-        call.requests += 1
         sequences = await asyncio.shield(call.done)
         return sequences[first : first + num_samples]
 
