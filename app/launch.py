@@ -62,7 +62,6 @@ from domain.chats import parse_chats
 from domain.sampling import SamplingDefaults
 from domain.staleness import StalenessPolicy
 from ports.policy import LossName, Trainer
-from ports.policy_endpoint import PolicyServer
 from ports.runner_pool import RunnerPool
 from ports.training_data import KLPenalty
 
@@ -313,12 +312,10 @@ def training_settings(
     config: TrainConfig,
     vocab_size: int | None = None,
     runners: RunnerPool | None = None,
-    endpoint: PolicyServer | None = None,
 ) -> TrainingSettings:
     """The loop's settings from the run's config; ``vocab_size`` (the policy tokenizer's) rejects other models' ids.
 
-    ``runners``: the runner processes this run supervises (their deaths end rollouts at once); ``endpoint``:
-    the run's policy endpoint (it drops what it holds for each finished rollout).
+    ``runners``: the runner processes this run supervises (their deaths end rollouts at once).
     """
     warm = config.warm_start
     return TrainingSettings(
@@ -334,7 +331,6 @@ def training_settings(
             concurrency=config.concurrency,
             vocab_size=vocab_size,
             runners=runners,
-            endpoint=endpoint,
             forget_finished=not config.keep_rollouts,
         ),
         eval_every=config.eval_every,
@@ -480,9 +476,7 @@ async def open_run_on_store(
             ml_logger = open_logger(config)
             stack.callback(ml_logger.close)
             parts: AglTrainingParts = TrainingParts(
-                settings=training_settings(
-                    config, vocab_size=len(backend.renderer.tokenizer), runners=runners, endpoint=endpoint
-                ),
+                settings=training_settings(config, vocab_size=len(backend.renderer.tokenizer), runners=runners),
                 trainer=backend.trainer,
                 server=endpoint,
                 store=AglRolloutStore(store, OutagePolicy(tolerance_s=config.outage_tolerance_s)),

@@ -48,6 +48,7 @@ from app.usecases.steps import (
     finish_run,
     forward_rollouts,
     reached,
+    rollout_options,
     save_checkpoint,
     train_step,
 )
@@ -163,7 +164,7 @@ async def run_async_training(
                         assembler=parts.assembler,
                         mode="train",
                         options=GroupRolloutOptions(
-                            rollouts=replace(settings.rollouts, concurrency=max(1, task_group.num_envs)),
+                            rollouts=replace(rollout_options(parts), concurrency=max(1, task_group.num_envs)),
                             remove_constant_reward_groups=settings.remove_constant_reward_groups,
                         ),
                         on_result=forward_rollouts(hooks.on_rollout, parts.rollout_log, key[0]),

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Generic
 
 from app.usecases.evaluation import all_task_groups, evaluate_policy
@@ -254,7 +254,7 @@ async def evaluate(
         store=parts.store,
         triplets=parts.triplets,
         assembler=parts.assembler,
-        rollouts=settings.rollouts,
+        rollouts=rollout_options(parts),
         name=TEST_PREFIX.rstrip("/"),
     )
 
@@ -403,6 +403,11 @@ async def _load_reference(
 
 def reached(settings: TrainingSettings, summary: TrainingSummary) -> bool:
     return settings.target_test_reward is not None and (summary.reward_after or 0.0) >= settings.target_test_reward
+
+
+def rollout_options(parts: TrainingParts[TaskGroupT, MemberT, GroupT, SpanT]) -> RolloutOptions:
+    """The run's rollout options, with its endpoint letting go of each rollout once the loop rebuilt it."""
+    return replace(parts.settings.rollouts, endpoint=parts.server)
 
 
 def forward_rollouts(

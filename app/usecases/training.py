@@ -35,6 +35,7 @@ from app.usecases.steps import (
     finish_run,
     forward_rollouts,
     reached,
+    rollout_options,
     save_checkpoint,
     train_step,
 )
@@ -62,7 +63,7 @@ async def run_training(
     start, n_batches, reference = begun.start, begun.n_batches, begun.reference
     summary = TrainingSummary(start_batch=start, end_batch=n_batches)
     options = GroupRolloutOptions(
-        rollouts=settings.rollouts, remove_constant_reward_groups=settings.remove_constant_reward_groups
+        rollouts=rollout_options(parts), remove_constant_reward_groups=settings.remove_constant_reward_groups
     )
     empty = EmptyStreak(settings.max_empty_batches)
 

@@ -239,6 +239,21 @@ async def test_distributed_training_with_the_store_and_runners_in_other_processe
             stop(process)
 
 
+async def test_the_endpoint_holds_nothing_of_the_rollouts_a_run_trained_and_evaluated(tmp_path: Path) -> None:
+    from app.launch import open_run
+    from app.usecases.training import run_training
+
+    cfg = config(tmp_path, max_batches=1, eval_every=1, **{"warm_start.steps": 0})
+    async with open_run(cfg) as run:
+        summary = await run_training(run.parts)
+        served = run.endpoint.take_metrics()
+
+        (trained,) = batch_lines(Path(cfg.log_path))
+        assert summary.end_batch == 1 and trained["endpoint/capture/recorded"] >= 32
+        assert served["endpoint/capture/recorded"] > 0  # the final evaluation's
+        assert run.endpoint.rollouts_held == 0
+
+
 async def test_one_train_step_moves_the_next_samplers_logprobs_with_the_advantages(tmp_path: Path) -> None:
     """Sample through the endpoint in real agent rollouts, train on the reconstructed datums, and check
     that the weights the endpoint serves next prefer the above-average replies."""
