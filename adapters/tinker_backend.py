@@ -4,7 +4,9 @@ Works against the hosted Tinker service or any Tinker-compatible ``base_url``. E
 reaches the server is bounded in time: against an unreachable server the SDK blocks for about
 five minutes inside ``create_lora_training_client`` (the session handshake waits synchronously),
 so connecting runs in a daemon thread and fails with ``TinkerUnavailable`` after
-``connect_timeout_s``. The API key comes only from ``TINKER_API_KEY`` and never appears in a
+``connect_timeout_s``. While calls run, ``ServerLiveness`` watches that the server still takes
+connections, so one that has gone away ends them after ``unreachable_after_s`` instead of at their
+bounds (minutes). The API key comes only from ``TINKER_API_KEY`` and never appears in a
 repr, a log line or an error.
 """
 
@@ -23,8 +25,10 @@ from typing import TypeVar, cast
 
 import tinker
 from tinker import types
+from tinker.lib.base_url import DEFAULT_BASE_URL
 
 from adapters.sampler_coalescing import DEFAULT_WINDOW_S, CoalescingSampler
+from adapters.tinker_liveness import DEFAULT_GIVE_UP_AFTER_S, ServerLiveness, ServerUnreachable
 from ports.policy import (
     AdamParams,
     ForwardBackwardOutput,
@@ -70,6 +74,8 @@ class TinkerConfig:
     request_timeout_s: float = 900.0
     """Bound on one training call (forward-backward, optimizer step, checkpoint)."""
     sample_timeout_s: float = 300.0
+    unreachable_after_s: float = DEFAULT_GIVE_UP_AFTER_S
+    """A call in flight fails once the server has taken no connection for this long (0: only the bounds apply)."""
     coalesce_window_s: float = DEFAULT_WINDOW_S
     """How long a sample request waits to share one call with others for the same prompt (0: never)."""
     ttl_seconds: int | None = None
@@ -229,6 +235,11 @@ def server_name(base_url: str | None) -> str:
     return base_url or os.environ.get(BASE_URL_ENV) or "the hosted Tinker service"
 
 
+def server_url(base_url: str | None) -> str:
+    """The URL the SDK talks to: ``base_url``, ``TINKER_BASE_URL`` or the SDK's default."""
+    return base_url or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL
+
+
 def describe_failure(error: BaseException) -> str:
     """One line for any SDK failure: its type and the first line of its message (no traceback)."""
     lines = str(error).strip().splitlines()
@@ -242,6 +253,8 @@ def tinker_failure(error: BaseException, what: str, server: str) -> TinkerError:
     """The ``TinkerError`` for a failed call: one line naming the server and the call."""
     if isinstance(error, TinkerError):
         return error
+    if isinstance(error, ServerUnreachable):
+        return TinkerUnavailable(f"tinker {what}: {error}")
     if isinstance(error, TimeoutError):
         return TinkerUnavailable(f"tinker {what} at {server} timed out")
     if isinstance(error, tinker.APIConnectionError):
@@ -284,11 +297,18 @@ class TinkerSampler:
     """``Sampler`` and ``LogprobScorer`` over one ``tinker.SamplingClient`` (one published set of weights)."""
 
     def __init__(
-        self, client: tinker.SamplingClient, *, timeout_s: float = 300.0, name: str = "", server: str = ""
+        self,
+        client: tinker.SamplingClient,
+        *,
+        timeout_s: float = 300.0,
+        name: str = "",
+        server: str = "",
+        liveness: ServerLiveness | None = None,
     ) -> None:
         self._client = client
         self._timeout_s = timeout_s
         self._server = server or server_name(None)
+        self._liveness = liveness or ServerLiveness(server_url(None), give_up_after_s=0)
         self.name = name
 
     @property
@@ -306,7 +326,7 @@ class TinkerSampler:
             )
             return await future.result_async()
 
-        response = await _bounded(call(), self._timeout_s, "sample", self._server)
+        response = await _bounded(self._liveness.guard(call()), self._timeout_s, "sample", self._server)
         return sequences_from_tinker(response)
 
     async def compute_logprobs(self, tokens: Sequence[int]) -> list[float | None]:
@@ -316,7 +336,8 @@ class TinkerSampler:
             scored = await self._client.compute_logprobs(types.ModelInput.from_ints(list(tokens)))
             return cast(Sequence[float | None], scored)
 
-        return list(await _bounded(call(), self._timeout_s, "compute_logprobs", self._server))
+        scored = await _bounded(self._liveness.guard(call()), self._timeout_s, "compute_logprobs", self._server)
+        return list(scored)
 
     def __repr__(self) -> str:
         return f"TinkerSampler(name={self.name!r})"
@@ -355,6 +376,7 @@ class TinkerTrainer:
         self._fresh = True
         """No request has gone to ``_client`` yet (loading a state into it is safe)."""
         self._server = server_name(config.base_url)
+        self._liveness = ServerLiveness(server_url(config.base_url), give_up_after_s=config.unreachable_after_s)
 
     @classmethod
     async def connect(cls, config: TinkerConfig) -> TinkerTrainer:
@@ -401,7 +423,7 @@ class TinkerTrainer:
     async def _train_call(self, fn: Callable[[], T], what: str) -> T:
         self._fresh = False
         try:
-            return await in_daemon_thread(fn, self._config.request_timeout_s, what)
+            return await self._liveness.guard(in_daemon_thread(fn, self._config.request_timeout_s, what))
         except TinkerUnavailable as error:
             raise TinkerUnavailable(f"{error} (server {self._server})") from error
         except Exception as error:
@@ -506,7 +528,9 @@ class TinkerTrainer:
         return self._sampler(client, path)
 
     def _sampler(self, client: tinker.SamplingClient, name: str) -> TinkerSampler:
-        return TinkerSampler(client, timeout_s=self._config.sample_timeout_s, name=name, server=self._server)
+        return TinkerSampler(
+            client, timeout_s=self._config.sample_timeout_s, name=name, server=self._server, liveness=self._liveness
+        )
 
     def __repr__(self) -> str:
         return f"TinkerTrainer(base_model={self._config.base_model!r}, rank={self._config.lora_rank})"

@@ -44,6 +44,9 @@ class PolicyConfig(_Frozen):
     The local backend's LoRA adapts every linear layer but the output layer, whatever this says."""
     num_threads: int | None = Field(default=None, ge=1)
     """local: torch threads; unset leaves one core for the event loop."""
+    unreachable_after_s: float = Field(default=120.0, ge=0)
+    """tinker: a call in flight fails once the server has taken no connection for this long (the SDK otherwise
+    retries until the call's bound, 15 minutes for a training step); 0 leaves only the bounds."""
     coalesce_window_s: float = Field(default=0.02, ge=0, le=5)
     """tinker: how long a sample request waits for others with the same prompt and parameters (a GRPO group's
     first turns) to go to the server as one call with their samples summed; 0 sends each request alone."""

@@ -152,6 +152,7 @@ async def open_backend(config: TrainConfig) -> Backend:
             base_url=policy.base_url,
             seed=config.seed,
             coalesce_window_s=policy.coalesce_window_s,
+            unreachable_after_s=policy.unreachable_after_s,
         )
     )
     renderer = get_renderer(policy.renderer_name, get_tokenizer(policy.base_model))

@@ -10,17 +10,20 @@ import asyncio
 import json
 import math
 import subprocess
+import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from adapters.tinker_backend import TinkerConfig, TinkerError, TinkerTrainer
-from adapters.tinker_server.skyrl import SkyrlServer, find_python312, install, tiny_model_dir
+from adapters.tinker_backend import TinkerConfig, TinkerError, TinkerTrainer, TinkerUnavailable
+from adapters.tinker_server.skyrl import SkyrlServer, find_python312, free_port, install, tiny_model_dir
 from ports.policy import AdamParams, LossName, SamplingParams, TrainingDatum
 from tests.support.cli import cli as run_cli
 from tests.support.cli import cli_env
 from tests.support.runs import metrics_lines
+from tests.support.waits import HANG_S, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -43,6 +46,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SkyrlServ
 @pytest.fixture(autouse=True)
 def api_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TINKER_API_KEY", "tml-local-test-key")  # the SDK wants one; SkyRL checks none
+
+
+def healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/api/v1/healthz", timeout=2) as reply:
+            return bool(reply.status == 200)
+    except OSError:
+        return False
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -159,6 +170,55 @@ async def test_a_groups_concurrent_requests_reach_the_server_as_one_call(server:
     for (sequence,) in replies:
         assert 1 <= len(sequence.tokens) == len(sequence.logprobs) <= 3
         assert all(math.isfinite(x) and x <= 0 for x in sequence.logprobs)
+
+
+async def test_calls_in_flight_fail_soon_after_the_server_goes_away(
+    server: tuple[SkyrlServer, Path], tmp_path: Path
+) -> None:
+    """Training and sampling through a proxy of their own, which then dies: both calls end with one line naming the
+    lost connection, long before their hour-long bounds (the SDK alone retries until the bound)."""
+    skyrl, model = server
+    port = free_port()
+    log = open(tmp_path / "proxy.log", "wb")  # noqa: SIM115 - closed below, after the process
+    command = [sys.executable, "-m", "adapters.tinker_server.compat_proxy", "--upstream", skyrl.upstream]
+    proxy = subprocess.Popen([*command, "--port", str(port)], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: healthy(url), f"the proxy did not come up at {url}")
+        trainer = await TinkerTrainer.connect(
+            TinkerConfig(
+                base_model=str(model),
+                lora_rank=RANK,
+                train_unembed=False,
+                base_url=url,
+                connect_timeout_s=CONNECT_S,
+                request_timeout_s=3600,
+                sample_timeout_s=3600,
+                unreachable_after_s=3,
+            )
+        )
+        sampler = await trainer.sampler("liveness")
+        datum = TrainingDatum(model_input=(5, 17, 42), target_tokens=(17, 42, 9), weights=(1.0, 1.0, 1.0))
+        await trainer.forward_backward([datum], LossName.CROSS_ENTROPY)
+
+        proxy.kill()
+        proxy.wait(HANG_S)
+        params = SamplingParams(max_tokens=3, temperature=1.0, seed=1)
+        results = await asyncio.wait_for(
+            asyncio.gather(
+                trainer.forward_backward([datum], LossName.CROSS_ENTROPY),
+                sampler.sample([5, 17, 42, 9], params),
+                return_exceptions=True,
+            ),
+            HANG_S,
+        )
+    finally:
+        proxy.kill()
+        proxy.wait(HANG_S)
+        log.close()
+    for call, result in zip(("forward_backward", "sample"), results, strict=True):
+        assert isinstance(result, TinkerUnavailable), result
+        assert str(result).startswith(f"tinker {call}: no connection to {url} for "), result
 
 
 async def test_a_lora_target_skyrl_would_not_train_is_refused_at_connect(server: tuple[SkyrlServer, Path]) -> None:
