@@ -84,16 +84,22 @@ class ServerLiveness:
         """Probe until no connection has opened for ``give_up_after_s``; the reason, in words."""
         loop = asyncio.get_running_loop()
         last_contact = loop.time()
+        await asyncio.sleep(self.probe_every_s)  # calls shorter than one interval never build a client
         async with httpx.AsyncClient(timeout=self.probe_timeout_s) as client:
             while True:
+                failure = await self._probe(client)
+                if failure is None:
+                    last_contact = loop.time()
+                elif (silent := loop.time() - last_contact) >= self.give_up_after_s:
+                    return f"no connection to {self.url} for {silent:.0f} s ({failure})"
                 await asyncio.sleep(self.probe_every_s)
-                try:
-                    await client.get(self.health_url)
-                except _UNREACHABLE as error:
-                    silent = loop.time() - last_contact
-                    if silent >= self.give_up_after_s:
-                        return f"no connection to {self.url} for {silent:.0f} s ({type(error).__name__})"
-                    continue
-                except httpx.HTTPError:
-                    pass  # it took the connection: a slow or broken answer is not an absent server
-                last_contact = loop.time()
+
+    async def _probe(self, client: httpx.AsyncClient) -> str | None:
+        """None when the server took the connection, whatever it answered; else the failure's name."""
+        try:
+            await client.get(self.health_url)
+        except _UNREACHABLE as error:
+            return type(error).__name__
+        except httpx.HTTPError:
+            pass  # a slow or broken answer is still a server that is there
+        return None
