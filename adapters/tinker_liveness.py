@@ -7,7 +7,8 @@ probe loop per event loop, however many calls) and fails every guarded call on t
 connection could be opened for ``give_up_after_s``. Only a refused or timed-out *connection* counts:
 any HTTP answer, an error status or a slow reply included, shows the server is there, so a busy server
 is never given up on here; that stays the call bounds' job. Probes go through httpx with the
-environment's proxy settings, as the SDK's own requests do.
+environment's proxy settings, as the SDK's own requests do, carry no credentials, and do not check the
+server's certificate (only whether it answers).
 """
 
 from __future__ import annotations
@@ -85,7 +86,9 @@ class ServerLiveness:
         loop = asyncio.get_running_loop()
         last_contact = loop.time()
         await asyncio.sleep(self.probe_every_s)  # calls shorter than one interval never build a client
-        async with httpx.AsyncClient(timeout=self.probe_timeout_s) as client:
+        # No certificate check: a probe sends no credentials and reads nothing but whether the server answered,
+        # and the SDK's own transport may trust other CAs than httpx would (a failed check is not a gone server).
+        async with httpx.AsyncClient(timeout=self.probe_timeout_s, verify=False) as client:
             while True:
                 failure = await self._probe(client)
                 if failure is None:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import socket
+import ssl
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -15,8 +18,9 @@ from tests.support.waits import HANG_S, until
 class HealthServer:
     """A loopback HTTP server that counts its health probes; ``status`` is what it answers, ``None``: never."""
 
-    def __init__(self, status: int | None = 200) -> None:
+    def __init__(self, status: int | None = 200, tls: ssl.SSLContext | None = None) -> None:
         self.status = status
+        self._tls = tls
         self.probes = 0
         self._server: asyncio.Server | None = None
         self._clients: set[asyncio.StreamWriter] = set()
@@ -40,7 +44,7 @@ class HealthServer:
             writer.close()
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port, ssl=self._tls)
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
@@ -52,7 +56,7 @@ class HealthServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self._tls else 'http'}://127.0.0.1:{self.port}"
 
 
 @pytest.fixture
@@ -68,6 +72,35 @@ def watch(url: str, probe_timeout_s: float = 1.0) -> ServerLiveness:
     return ServerLiveness(url, give_up_after_s=0.3, probe_every_s=0.05, probe_timeout_s=probe_timeout_s)
 
 
+def self_signed_context(directory: Path) -> ssl.SSLContext:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
+    cert, pem_key = directory / "cert.pem", directory / "key.pem"
+    cert.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    pem_key.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, pem_key)
+    return context
+
+
 def closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -76,6 +109,16 @@ def closed_port() -> int:
 
 async def test_a_call_outlasting_the_limit_finishes_while_the_server_answers(health: HealthServer) -> None:
     assert await outlives_the_limit(health, watch(health.url)) == 7
+
+
+async def test_a_certificate_the_probe_cannot_verify_is_a_server_that_is_there(tmp_path: Path) -> None:
+    """The SDK's transport may trust CAs that httpx does not: a self-signed server must not end the calls."""
+    server = HealthServer(tls=self_signed_context(tmp_path))
+    await server.start()
+    try:
+        assert await outlives_the_limit(server, watch(server.url)) == 7
+    finally:
+        await server.stop()
 
 
 async def test_error_statuses_and_silent_replies_count_as_a_server_that_is_there(health: HealthServer) -> None:
