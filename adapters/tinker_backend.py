@@ -21,7 +21,7 @@ import threading
 import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar, cast
+from typing import Literal, TypeVar, cast
 
 import tinker
 from tinker import types
@@ -45,6 +45,12 @@ T = TypeVar("T")
 
 API_KEY_ENV = "TINKER_API_KEY"
 BASE_URL_ENV = "TINKER_BASE_URL"
+
+SessionOutcome = Literal["success", "errored", "interrupted"]
+"""How a session ends, as the SDK reports it to the server."""
+
+CLOSE_TIMEOUT_S = 5.0
+"""Bound on finishing a session: a server that is gone is not waited for at the end of a run."""
 
 _RL_KEYS = ("target_tokens", "logprobs", "advantages", "mask")
 _SFT_KEYS = ("target_tokens", "weights")
@@ -393,13 +399,17 @@ class TinkerTrainer:
 
         def open_service() -> tinker.ServiceClient:
             service = tinker.ServiceClient(base_url=base_url, api_key=api_key)
-            # Not tinker.RestClient(base_url=...): tinker 0.38 builds those under one process-wide lock held
-            # while it fetches the server's config, so a connect abandoned against an unreachable server
-            # would block every later one in this process for minutes. This client's own holder has no such lock.
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", FutureWarning)
-                capabilities = service.get_server_capabilities()
-            check_capabilities(capabilities, config, server)
+            try:
+                # Not tinker.RestClient(base_url=...): tinker 0.38 builds those under one process-wide lock held
+                # while it fetches the server's config, so a connect abandoned against an unreachable server
+                # would block every later one in this process for minutes. This client's holder has no such lock.
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", FutureWarning)
+                    capabilities = service.get_server_capabilities()
+                check_capabilities(capabilities, config, server)
+            except BaseException:
+                service.close("errored")  # the SDK finishes it in the background; nothing is left heartbeating
+                raise
             return service
 
         service = await _connect_call(open_service, config.connect_timeout_s, "get_server_capabilities", server)
@@ -412,7 +422,11 @@ class TinkerTrainer:
                 train_unembed=config.train_unembed,
             ).result()
 
-        client = await _connect_call(create, config.connect_timeout_s, "create_lora_training_client", server)
+        try:
+            client = await _connect_call(create, config.connect_timeout_s, "create_lora_training_client", server)
+        except BaseException:
+            await finish_session(service, "errored", server)
+            raise
         logger.info("tinker training client ready for %s (rank %d) at %s", config.base_model, config.lora_rank, server)
         return cls(config, service, client)
 
@@ -527,6 +541,12 @@ class TinkerTrainer:
         )
         return self._sampler(client, path)
 
+    async def close(self, outcome: SessionOutcome = "success") -> None:
+        """Finish the session on the server and stop the SDK's heartbeats, so the server can free what it holds
+        for the session (SkyRL frees an idle session's adapter slots). Bounded and best-effort: a server that
+        does not answer within ``CLOSE_TIMEOUT_S`` is left to expire the session itself."""
+        await finish_session(self._service, outcome, self._server)
+
     def _sampler(self, client: tinker.SamplingClient, name: str) -> TinkerSampler:
         return TinkerSampler(
             client, timeout_s=self._config.sample_timeout_s, name=name, server=self._server, liveness=self._liveness
@@ -534,6 +554,14 @@ class TinkerTrainer:
 
     def __repr__(self) -> str:
         return f"TinkerTrainer(base_model={self._config.base_model!r}, rank={self._config.lora_rank})"
+
+
+async def finish_session(service: tinker.ServiceClient, outcome: SessionOutcome, server: str) -> None:
+    """``service.close(outcome)`` within ``CLOSE_TIMEOUT_S``; a failure is logged, never raised over the run's own."""
+    try:
+        await in_daemon_thread(lambda: service.close(outcome).result(), CLOSE_TIMEOUT_S, "close")
+    except Exception as error:
+        logger.info("tinker session at %s not finished cleanly: %s", server, describe_failure(error))
 
 
 def check_capabilities(capabilities: types.GetServerCapabilitiesResponse, config: TinkerConfig, server: str) -> None:

@@ -17,7 +17,7 @@ import contextlib
 import json
 import logging
 import socket
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -45,6 +45,7 @@ from adapters.store_auth import STORE_TOKEN_ENV, TokenStoreClient, store_token
 from adapters.store_process import StoreProcess
 from adapters.store_server import project_store_server
 from adapters.store_workers import StoreWorkers
+from adapters.tinker_backend import SessionOutcome
 from app.config import DEMO, TrainConfig
 from app.demo import task as demo_task
 from app.usecases.rollouts import RolloutOptions
@@ -78,7 +79,8 @@ class LaunchError(RuntimeError):
 class Backend:
     trainer: Trainer
     renderer: renderers.Renderer
-    close: Callable[[], None] | None = None
+    close: Callable[[SessionOutcome], Awaitable[None]] | None = None
+    """Releases the backend; told whether the run ended well, failed, or was interrupted."""
     context_length: int | None = None
     """The model's context window, when the backend knows it (prompts beyond it are refused)."""
 
@@ -138,9 +140,11 @@ async def open_backend(config: TrainConfig) -> Backend:
             num_threads=policy.num_threads,
         )
         renderer = get_renderer(policy.renderer_name, get_tokenizer(str(model_dir)))
-        return Backend(
-            trainer=trainer, renderer=renderer, close=trainer.close, context_length=_context_length(model_dir)
-        )
+
+        async def close_local(_outcome: SessionOutcome) -> None:
+            trainer.close()
+
+        return Backend(trainer=trainer, renderer=renderer, close=close_local, context_length=_context_length(model_dir))
     from adapters.tinker_backend import TinkerConfig, TinkerTrainer
 
     assert policy.base_model is not None  # checked by PolicyConfig
@@ -156,7 +160,7 @@ async def open_backend(config: TrainConfig) -> Backend:
         )
     )
     renderer = get_renderer(policy.renderer_name, get_tokenizer(policy.base_model))
-    return Backend(trainer=tinker_trainer, renderer=renderer)
+    return Backend(trainer=tinker_trainer, renderer=renderer, close=tinker_trainer.close)
 
 
 def read_tasks(source: str, config: TrainConfig, *, train: bool) -> list[Any]:
@@ -450,6 +454,7 @@ async def open_run_on_store(
     dataset, test_dataset = task_datasets(config, train_tasks, test_tasks)
     chats = warm_start_chats(config)
     backend = await open_backend(config)
+    outcome: SessionOutcome = "success"
     try:
         async with contextlib.AsyncExitStack() as stack:
             defaults = SamplingDefaults(
@@ -492,9 +497,15 @@ async def open_run_on_store(
                 rollout_log=JsonlRolloutLog(config.log_path) if config.save_rollouts else None,
             )
             yield Run(parts=parts, endpoint=endpoint, renderer=backend.renderer, store=store)
+    except Exception:
+        outcome = "errored"
+        raise
+    except BaseException:
+        outcome = "interrupted"
+        raise
     finally:
         if backend.close is not None:
-            backend.close()
+            await backend.close(outcome)
 
 
 async def train(config: TrainConfig, hooks: TrainingHooks | None = None) -> TrainingSummary:

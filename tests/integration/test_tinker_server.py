@@ -7,8 +7,10 @@ The server runs on this machine's CPU with the project's tiny model (``adapters.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
+import sqlite3
 import subprocess
 import sys
 import urllib.request
@@ -23,7 +25,7 @@ from ports.policy import AdamParams, LossName, SamplingParams, TrainingDatum
 from tests.support.cli import cli as run_cli
 from tests.support.cli import cli_env
 from tests.support.runs import metrics_lines
-from tests.support.waits import HANG_S, wait_until
+from tests.support.waits import HANG_S, until, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -152,6 +154,7 @@ async def test_every_loss_function_trains_through_the_server(server: tuple[Skyrl
     await trainer.optim_step(AdamParams(learning_rate=5e-2))
     after = await trainer.forward_backward([sft], LossName.CROSS_ENTROPY)
     assert after.logprobs_D[0][n_prompt:] != pytest.approx(sequence.logprobs, abs=1e-4)
+    await trainer.close()
 
 
 async def test_a_groups_concurrent_requests_reach_the_server_as_one_call(server: tuple[SkyrlServer, Path]) -> None:
@@ -170,6 +173,7 @@ async def test_a_groups_concurrent_requests_reach_the_server_as_one_call(server:
     for (sequence,) in replies:
         assert 1 <= len(sequence.tokens) == len(sequence.logprobs) <= 3
         assert all(math.isfinite(x) and x <= 0 for x in sequence.logprobs)
+    await trainer.close()
 
 
 async def test_calls_in_flight_fail_soon_after_the_server_goes_away(
@@ -221,6 +225,42 @@ async def test_calls_in_flight_fail_soon_after_the_server_goes_away(
         assert str(result).startswith(f"tinker {call}: no connection to {url} for "), result
 
 
+def heartbeats(workdir: Path) -> dict[str, int]:
+    """Each session's heartbeat count, as SkyRL 0.4.0 records it (table ``sessions``)."""
+    with contextlib.closing(sqlite3.connect(workdir / "tinker.db")) as db:
+        return dict(db.execute("SELECT session_id, heartbeat_count FROM sessions").fetchall())
+
+
+async def test_closing_the_trainer_ends_its_sessions_heartbeats(server: tuple[SkyrlServer, Path]) -> None:
+    """Closed, the session stops heartbeating, so the server can expire it and free its adapter slot."""
+    skyrl, model = server
+    before = heartbeats(skyrl.workdir)
+    trainer = await TinkerTrainer.connect(
+        TinkerConfig(
+            base_model=str(model), lora_rank=RANK, train_unembed=False, base_url=skyrl.url, connect_timeout_s=CONNECT_S
+        )
+    )
+    (session,) = heartbeats(skyrl.workdir).keys() - before.keys()
+    await until(lambda: _at_least(heartbeats(skyrl.workdir)[session], 1), "the open session never heartbeat")
+
+    await trainer.close("success")
+    opened = heartbeats(skyrl.workdir)
+    with pytest.raises(TinkerError):  # a connect the proxy refuses (train_unembed) leaves no session behind either
+        await TinkerTrainer.connect(
+            TinkerConfig(base_model=str(model), lora_rank=RANK, base_url=skyrl.url, connect_timeout_s=CONNECT_S)
+        )
+    (refused,) = heartbeats(skyrl.workdir).keys() - opened.keys()
+    counts = heartbeats(skyrl.workdir)
+    await asyncio.sleep(25)  # two and a half of the SDK's 10 s heartbeat periods
+    after = heartbeats(skyrl.workdir)
+    assert after[session] == counts[session], "the closed session kept heartbeating"
+    assert after[refused] == counts[refused], "the refused connect's session kept heartbeating"
+
+
+async def _at_least(value: int, least: int) -> bool:
+    return value >= least
+
+
 async def test_a_lora_target_skyrl_would_not_train_is_refused_at_connect(server: tuple[SkyrlServer, Path]) -> None:
     """The SDK's default trains the output layer, which SkyRL ignores: connecting fails with one line saying so."""
     skyrl, model = server
@@ -270,10 +310,12 @@ async def test_the_kl_reference_scores_beside_training_where_the_server_allows_i
         again = await reference.compute_logprobs(tokens)
     except TinkerError as error:
         assert "adapter slot" in str(error) and skyrl.url in str(error)
+        await trainer.close()
         pytest.skip(f"SkyRL's slot behaviour: {error}")
     assert again == pytest.approx(before, abs=1e-5)
     trained = await trainer.forward_backward([datum], LossName.CROSS_ENTROPY)
     assert trained.logprobs_D[0] != pytest.approx(before[1:], abs=1e-4)
+    await trainer.close()
 
 
 def test_without_the_proxy_the_run_ends_with_one_error_line_naming_the_cause(
