@@ -239,6 +239,7 @@ async def tinker_rows(
                 row = await run_row(name, "lean", renderer, sampler, args.requests, args.group_size, args.concurrency)
                 print(report(row), flush=True)
                 rows.append(row)
+                await trainer.close()
     return alone, coalesced
 
 
