@@ -4,7 +4,9 @@ The tinker SDK retries a call to a server that has gone away for as long as the 
 allows (minutes for a training step), so a dead server used to surface only when that bound expired.
 ``ServerLiveness`` probes the server's ``/api/v1/healthz`` while at least one guarded call runs (one
 probe loop per event loop, however many calls) and fails every guarded call on that loop once no
-connection could be opened for ``give_up_after_s``. Only a refused or timed-out *connection* counts:
+connection could be opened for ``give_up_after_s``; after that, each new call first probes once and
+fails at once while the server is still away, so a run does not wait the whole time again per call.
+Only a refused or timed-out *connection* counts:
 any HTTP answer, an error status or a slow reply included, shows the server is there, so a busy server
 is never given up on here; that stays the call bounds' job. Probes go through httpx with the
 environment's proxy settings, as the SDK's own requests do, carry no credentials, and do not check the
@@ -52,6 +54,8 @@ class ServerLiveness:
     probe_every_s: float = 5.0
     probe_timeout_s: float = 5.0
     _watches: dict[int, _Watch] = field(default_factory=dict, init=False, repr=False)
+    _gone: str | None = field(default=None, init=False, repr=False)
+    """Why the last watch gave up, until a probe reaches the server again."""
 
     @property
     def health_url(self) -> str:
@@ -61,6 +65,13 @@ class ServerLiveness:
         """``call``'s result; ``ServerUnreachable`` (and ``call`` cancelled) if the server goes away first."""
         if self.give_up_after_s <= 0:
             return await call
+        if self._gone is not None:
+            async with self._client() as client:
+                failure = await self._probe(client)
+            if failure is not None:
+                asyncio.ensure_future(call).cancel()
+                raise ServerUnreachable(f"{self._gone}; still none ({failure})")
+            self._gone = None
         loop = asyncio.get_running_loop()
         watch = self._watches.get(id(loop))
         if watch is None or watch.task.done():
@@ -71,7 +82,8 @@ class ServerLiveness:
         try:
             await asyncio.wait({work, watch.task}, return_when=asyncio.FIRST_COMPLETED)
             if not work.done():
-                raise ServerUnreachable(watch.task.result())
+                self._gone = watch.task.result()
+                raise ServerUnreachable(self._gone)
             return work.result()
         finally:
             work.cancel()
@@ -86,9 +98,7 @@ class ServerLiveness:
         loop = asyncio.get_running_loop()
         last_contact = loop.time()
         await asyncio.sleep(self.probe_every_s)  # calls shorter than one interval never build a client
-        # No certificate check: a probe sends no credentials and reads nothing but whether the server answered,
-        # and the SDK's own transport may trust other CAs than httpx would (a failed check is not a gone server).
-        async with httpx.AsyncClient(timeout=self.probe_timeout_s, verify=False) as client:
+        async with self._client() as client:
             while True:
                 failure = await self._probe(client)
                 if failure is None:
@@ -96,6 +106,11 @@ class ServerLiveness:
                 elif (silent := loop.time() - last_contact) >= self.give_up_after_s:
                     return f"no connection to {self.url} for {silent:.0f} s ({failure})"
                 await asyncio.sleep(self.probe_every_s)
+
+    def _client(self) -> httpx.AsyncClient:
+        # No certificate check: a probe sends no credentials and reads nothing but whether the server answered,
+        # and the SDK's own transport may trust other CAs than httpx would (a failed check is not a gone server).
+        return httpx.AsyncClient(timeout=self.probe_timeout_s, verify=False)
 
     async def _probe(self, client: httpx.AsyncClient) -> str | None:
         """None when the server took the connection, whatever it answered; else the failure's name."""

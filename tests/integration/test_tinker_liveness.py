@@ -164,6 +164,28 @@ async def test_the_calls_in_flight_fail_once_the_server_goes_away(health: Health
     assert sorted(cancelled) == [0, 1, 2], "an abandoned call kept running"
 
 
+async def test_once_given_up_new_calls_fail_at_once_until_the_server_is_back(health: HealthServer) -> None:
+    liveness = watch(health.url)
+    await health.stop()
+    with pytest.raises(ServerUnreachable):
+        await asyncio.wait_for(liveness.guard(asyncio.Event().wait()), HANG_S)
+    started: list[str] = []
+
+    async def call() -> str:
+        started.append("call")
+        return "done"
+
+    with pytest.raises(ServerUnreachable, match=r"; still none \(ConnectError\)$"):
+        await liveness.guard(call())  # one probe, no watch: no wait of give_up_after_s
+    await asyncio.sleep(0)
+    assert started == [], "a call was sent to a server known to be away"
+
+    await health.start()  # the same port
+    assert await asyncio.wait_for(liveness.guard(call()), HANG_S) == "done"
+    assert await asyncio.wait_for(liveness.guard(call()), HANG_S) == "done"
+    assert started == ["call", "call"]
+
+
 async def test_a_server_that_never_listened_fails_the_call_and_names_its_url() -> None:
     url = f"http://127.0.0.1:{closed_port()}"
     with pytest.raises(ServerUnreachable, match=f"no connection to {url}"):
