@@ -6,9 +6,9 @@ allows (minutes for a training step), so a dead server used to surface only when
 probe loop per event loop, however many calls) and fails every guarded call on that loop once no
 connection could be opened for ``give_up_after_s``; after that, each new call first probes once and
 fails at once while the server is still away, so a run does not wait the whole time again per call.
-Only a refused or timed-out *connection* counts:
-any HTTP answer, an error status or a slow reply included, shows the server is there, so a busy server
-is never given up on here; that stays the call bounds' job. Probes go through httpx with the
+Only a refused or timed-out *connection* counts: any HTTP answer, an error status or a slow reply
+included, shows the server is there, so a busy server is never given up on here; that stays the call
+bounds' job. Probes go through httpx with the
 environment's proxy settings, as the SDK's own requests do, carry no credentials, and do not check the
 server's certificate (only whether it answers).
 """

@@ -124,7 +124,8 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _healthy(url: str) -> bool:
+def healthy(url: str) -> bool:
+    """Whether a Tinker API (SkyRL's or the proxy) at ``url`` answers its health check."""
     try:
         with urllib.request.urlopen(f"{url}/api/v1/healthz", timeout=2) as reply:
             return bool(reply.status == 200)
@@ -200,7 +201,7 @@ class SkyrlServer:
     def _wait(self, url: str, what: str, log: Path) -> None:
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
-            if _healthy(url):
+            if healthy(url):
                 return
             if any(p.poll() is not None for p in self._processes):
                 break

@@ -13,14 +13,13 @@ import math
 import sqlite3
 import subprocess
 import sys
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from adapters.tinker_backend import TinkerConfig, TinkerError, TinkerTrainer, TinkerUnavailable
-from adapters.tinker_server.skyrl import SkyrlServer, find_python312, free_port, install, tiny_model_dir
+from adapters.tinker_server.skyrl import SkyrlServer, find_python312, free_port, healthy, install, tiny_model_dir
 from ports.policy import AdamParams, LossName, SamplingParams, TrainingDatum
 from tests.support.cli import cli as run_cli
 from tests.support.cli import cli_env
@@ -48,14 +47,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SkyrlServ
 @pytest.fixture(autouse=True)
 def api_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TINKER_API_KEY", "tml-local-test-key")  # the SDK wants one; SkyRL checks none
-
-
-def healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/api/v1/healthz", timeout=2) as reply:
-            return bool(reply.status == 200)
-    except OSError:
-        return False
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
