@@ -10,32 +10,36 @@ the store over HTTP, the way a distributed deployment runs them, and poll it eve
 0.5 s, 1 s, 2 s... (capped), under a new store worker id so that the loop can tell the rollouts of the
 dead process from the new one's; a slot whose process dies ``max_crashes`` times in a row, each
 within ``crash_window_s`` of its start (agent import included), is given up. It implements
-``ports.runner_pool.RunnerPool``. Each process gets the store's token in memory (its store client
-and its OTLP span exporter send it) and exits when its parent is gone, even after ``kill -9``: the kernel
-kills it (``adapters.runner_entry``, armed before any heavy import), and a watch thread polls as a fallback.
+``ports.runner_pool.RunnerPool``. Processes run ``python -m adapters.runner_entry`` under this interpreter or
+another one (``python=``: an agent's own environment). Each gets its settings and the store's token on a
+pipe (its store client and its OTLP span exporter send the token) and exits when its parent is gone,
+even after ``kill -9`` or a SIGTERM that ends it: the kernel kills it (``adapters.runner_entry``, armed
+before any heavy import), and a watch thread polls as a fallback.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
+import inspect
 import logging
-import multiprocessing
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from multiprocessing.process import BaseProcess
-from typing import Any, cast
+from typing import Any, TextIO
 
 from agentlightning import AgentOpsTracer, LightningStore, LitAgent, LitAgentRunner
-from agentlightning.execution import ExecutionEvent
+from agentlightning.execution import ExecutionEvent, ThreadingEvent
+from pydantic import BaseModel, ConfigDict
 
 from adapters.concurrent_runner import DEFAULT_CONCURRENCY, HUNG_EXIT_CODE, ConcurrentRunner
-from adapters.runner_entry import runner_main
+from adapters.runner_entry import RUNNER_MODULE, STOP
 from adapters.store_auth import TokenStoreClient, export_spans_with_token
 
 logger = logging.getLogger(__name__)
@@ -46,7 +50,9 @@ DEFAULT_POLL_INTERVAL_S = 0.05
 def load_agent(reference: str) -> LitAgent[Any]:
     """The agent named by ``"package.module:attribute"`` (what runner processes import).
 
-    The working directory is importable, as with ``python -m``: ``agent=my_agent:fn`` finds ``./my_agent.py``.
+    The attribute is an agent (``@agl.rollout``, a ``LitAgent`` instance) or a ``LitAgent`` subclass,
+    made with no arguments, as Agent-lightning's examples define theirs. The working directory is
+    importable, as with ``python -m``: ``agent=my_agent:fn`` finds ``./my_agent.py``.
     """
     module_name, sep, attribute = reference.partition(":")
     if not sep or not module_name or not attribute:
@@ -57,9 +63,35 @@ def load_agent(reference: str) -> LitAgent[Any]:
         agent = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as error:
         raise ValueError(f"cannot load agent {reference!r}: {error}") from error
+    if isinstance(agent, type) and issubclass(agent, LitAgent):
+        agent = _instantiate(reference, agent)
     if not isinstance(agent, LitAgent):
         raise ValueError(f"{reference!r} is a {type(agent).__name__}, not an agentlightning agent (@agl.rollout)")
     return agent
+
+
+_VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+
+
+def _instantiate(reference: str, agent_class: type[LitAgent[Any]]) -> LitAgent[Any]:
+    """``agent_class()``, or a one-line error naming the arguments its ``__init__`` needs."""
+    try:
+        needed = [
+            name
+            for name, parameter in inspect.signature(agent_class).parameters.items()
+            if parameter.default is inspect.Parameter.empty and parameter.kind not in _VARIADIC
+        ]
+    except (TypeError, ValueError):
+        needed = []
+    if needed:
+        raise ValueError(
+            f"{reference!r} is a LitAgent class whose __init__ needs {', '.join(needed)}: "
+            "point agent= at a module-level instance instead"
+        )
+    try:
+        return agent_class()
+    except Exception as error:
+        raise ValueError(f"cannot make {reference!r}(): {type(error).__name__}: {error}") from error
 
 
 def make_runner(poll_interval_s: float = DEFAULT_POLL_INTERVAL_S) -> LitAgentRunner[Any]:
@@ -127,44 +159,153 @@ def _exit_with_parent(parent_pid: int, interval_s: float = 0.5) -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
-def run_runner_process(
-    parent_pid: int,
-    stop: ExecutionEvent,
-    agent_reference: str,
-    store_url: str,
-    worker_id: int,
-    poll_interval_s: float,
-    token: str | None,
-    concurrency: int | None,
-) -> None:
-    """A runner process's work, after ``adapters.runner_entry`` tied it to its parent."""
-    _exit_with_parent(parent_pid)
+class RunnerSettings(BaseModel):
+    """What a runner process is told on its control pipe (``adapters.runner_entry``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    parent_pid: int
+    agent: str
+    store_url: str
+    worker_id: int
+    poll_interval_s: float
+    token: str | None
+    concurrency: int | None
+    sys_path: tuple[str, ...] = ()
+    """The parent's import path, given only when the child runs the parent's own interpreter."""
+
+
+def run_runner_process(settings: Mapping[str, Any], control: TextIO) -> None:
+    """A runner process's work, after ``adapters.runner_entry`` tied it to its parent.
+
+    Runs until ``stop`` arrives on ``control`` or the pipe closes (the parent stopped or is gone).
+    """
+    parsed = RunnerSettings.model_validate(settings)
+    _exit_with_parent(parsed.parent_pid)
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     os.environ.setdefault("TINKER_TELEMETRY", "0")
     os.environ.setdefault("AGENTOPS_LOG_LEVEL", "ERROR")  # no "Session Replay" line per rollout
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when runners stop
-    export_spans_with_token(token)
-    agent = load_agent(agent_reference)
+    export_spans_with_token(parsed.token)
+    stop = ThreadingEvent()
+
+    def listen() -> None:
+        for line in control:
+            if line.strip() == STOP:
+                break
+        stop.set()
+
+    threading.Thread(target=listen, name="runner-control", daemon=True).start()
+    agent = load_agent(parsed.agent)
 
     async def serve() -> None:
-        store = TokenStoreClient(store_url, token)
+        store = TokenStoreClient(parsed.store_url, parsed.token)
         try:
-            if concurrency is None:
-                await run_runner(agent, store, stop, worker_id=worker_id, poll_interval_s=poll_interval_s)
+            if parsed.concurrency is None:
+                await run_runner(agent, store, stop, worker_id=parsed.worker_id, poll_interval_s=parsed.poll_interval_s)
             else:
                 await run_concurrent_runner(
                     agent,
                     store,
                     stop,
-                    worker_id=worker_id,
-                    concurrency=concurrency,
-                    poll_interval_s=poll_interval_s,
+                    worker_id=parsed.worker_id,
+                    concurrency=parsed.concurrency,
+                    poll_interval_s=parsed.poll_interval_s,
                     exit_when_hung=True,
                 )
         finally:
             await store.close()
 
     asyncio.run(serve())
+
+
+class RunnerChild:
+    """One runner process: ``<python> -m adapters.runner_entry <fd>``, its settings and ``stop`` on the pipe ``fd``.
+
+    Shaped like ``multiprocessing.Process`` where the pool needs it (``start``, ``exitcode``, ``kill``, ``join``).
+    """
+
+    def __init__(self, python: str, settings: RunnerSettings, name: str) -> None:
+        self._python, self._settings, self.name = python, settings, name
+        self._popen: subprocess.Popen[bytes] | None = None
+        self._control: TextIO | None = None
+
+    def start(self) -> None:
+        read_end, write_end = os.pipe()
+        try:
+            self._popen = subprocess.Popen(
+                [self._python, "-m", RUNNER_MODULE, str(read_end)],
+                pass_fds=(read_end,),
+                stdin=subprocess.DEVNULL,
+                env=_child_environment(self._python),
+            )
+        except BaseException:
+            os.close(write_end)
+            raise
+        finally:
+            os.close(read_end)
+        self._control = os.fdopen(write_end, "w", encoding="utf-8")
+        self._send(self._settings.model_dump_json())
+
+    def _send(self, line: str) -> None:
+        if self._control is None or self._control.closed:
+            return
+        try:
+            self._control.write(line + "\n")
+            self._control.flush()
+        except (BrokenPipeError, ValueError):  # the child is gone
+            self._close_control()
+
+    def _close_control(self) -> None:
+        if self._control is not None:
+            with contextlib.suppress(OSError):
+                self._control.close()
+
+    def stop(self) -> None:
+        """Ask the child to finish the rollouts in flight and exit."""
+        self._send(STOP)
+        self._close_control()
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._popen is None else self._popen.pid
+
+    @property
+    def exitcode(self) -> int | None:
+        """``None`` while running (or before ``start``); negative for a signal, as ``multiprocessing`` says."""
+        if self._popen is None:
+            return None
+        code = self._popen.poll()
+        if code is not None:
+            self._close_control()
+        return code
+
+    def is_alive(self) -> bool:
+        return self._popen is not None and self.exitcode is None
+
+    def kill(self) -> None:
+        if self._popen is not None and self._popen.poll() is None:
+            self._popen.kill()
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._popen is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._popen.wait(timeout)
+            self.exitcode  # noqa: B018  # closes the pipe of a child that has exited
+
+
+def _child_environment(python: str) -> dict[str, str]:
+    """The trainer's environment, less what would make another interpreter load the trainer's packages."""
+    env = dict(os.environ)
+    if not _same_interpreter(python):
+        env.pop("PYTHONHOME", None)
+        env.pop("VIRTUAL_ENV", None)
+    return env
+
+
+def _same_interpreter(python: str) -> bool:
+    """Whether ``python`` is this interpreter (a venv's ``python`` links to its base: compare paths, not targets)."""
+    return os.path.abspath(python) == os.path.abspath(sys.executable)
 
 
 def store_worker_id(worker_id: int) -> str:
@@ -176,7 +317,7 @@ def store_worker_id(worker_id: int) -> str:
 class _Slot:
     """One runner position: its current process and its recent crashes."""
 
-    process: BaseProcess
+    process: RunnerChild
     worker_id: int
     started_at: float = field(default_factory=time.monotonic)
     quick_crashes: int = 0
@@ -205,21 +346,34 @@ class RunnerProcesses:
         backoff_s: float = 0.5,
         max_backoff_s: float = 30.0,
         check_interval_s: float = 0.1,
+        python: str | None = None,
     ) -> None:
         """``token``: the store's shared secret (``adapters.store_auth``), handed to the children in memory.
 
         ``concurrency``: rollouts each process runs at once (``None``: the stock one-at-a-time ``LitAgentRunner``).
+        ``python``: the interpreter the runners run under (default this one): an agent's own environment, with
+        Agent-lightning and this project's runner part (``adapters.runner_env`` checks it; the agent is then
+        loaded only there).
         """
         if n < 1:
             raise ValueError(f"need at least one runner, got {n}")
         if concurrency is not None and concurrency < 1:
             raise ValueError(f"runner concurrency must be at least 1, got {concurrency}")
+        self._python = python or sys.executable
+        same = _same_interpreter(self._python)
+        if same:
+            load_agent(agent_reference)  # fail here, with a clear message, rather than in n children
+        self._settings = RunnerSettings(
+            parent_pid=os.getpid(),
+            agent=agent_reference,
+            store_url=store_url,
+            worker_id=0,
+            poll_interval_s=poll_interval_s,
+            token=token,
+            concurrency=concurrency,
+            sys_path=tuple(sys.path) if same else (),
+        )
         self._concurrency = concurrency
-        load_agent(agent_reference)  # fail here, with a clear message, rather than in n children
-        self._context = multiprocessing.get_context("spawn")
-        self._stop = self._context.Event()
-        """A plain multiprocessing event: unpickling it in the child imports nothing heavy."""
-        self._args = (agent_reference, store_url, poll_interval_s, token)
         self._max_crashes, self._crash_window_s = max_crashes, crash_window_s
         self._backoff_s, self._max_backoff_s, self._check_interval_s = backoff_s, max_backoff_s, check_interval_s
         self._slots = [_Slot(self._process(worker_id), worker_id) for worker_id in range(n)]
@@ -231,26 +385,12 @@ class RunnerProcesses:
         self._stopping = threading.Event()
         self._supervisor: threading.Thread | None = None
 
-    def _process(self, worker_id: int) -> BaseProcess:
-        agent_reference, store_url, poll_interval_s, token = self._args
-        return self._context.Process(
-            target=runner_main,
-            args=(
-                os.getpid(),
-                self._stop,
-                agent_reference,
-                store_url,
-                worker_id,
-                poll_interval_s,
-                token,
-                self._concurrency,
-            ),
-            name=f"agl-runner-{worker_id}",
-            daemon=True,
-        )
+    def _process(self, worker_id: int) -> RunnerChild:
+        settings = self._settings.model_copy(update={"worker_id": worker_id})
+        return RunnerChild(self._python, settings, name=f"agl-runner-{worker_id}")
 
     @property
-    def _processes(self) -> Sequence[BaseProcess]:
+    def _processes(self) -> Sequence[RunnerChild]:
         return [slot.process for slot in self._slots]
 
     def start(self) -> RunnerProcesses:
@@ -326,8 +466,7 @@ class RunnerProcesses:
             for slot in self._slots:
                 if store_worker_id(slot.worker_id) == worker_id and slot.restart_at is None and not slot.given_up:
                     slot.kill_requested = True
-                    if slot.process.is_alive():
-                        cast(multiprocessing.Process, slot.process).kill()
+                    slot.process.kill()
 
     @property
     def alive(self) -> int:
@@ -363,11 +502,12 @@ class RunnerProcesses:
         self._stopping.set()
         if self._supervisor is not None:
             self._supervisor.join(max(0.0, deadline - time.monotonic()))
-        self._stop.set()
+        for process in self._processes:
+            process.stop()
         for process in self._processes:
             process.join(max(0.0, deadline - time.monotonic()))
             if process.is_alive():
-                cast(multiprocessing.Process, process).kill()
+                process.kill()
                 process.join(1.0)
 
     def __enter__(self) -> RunnerProcesses:

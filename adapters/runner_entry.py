@@ -1,11 +1,18 @@
 """Where a runner or store process starts: tied to its parent's life before anything heavy is imported.
 
-A spawned runner imports Agent-lightning, LiteLLM and the user's agent, which takes seconds (more
-under load); a parent killed meanwhile must not leave it running. So the process's entry point lives
-in this module, which imports only the standard library: it asks the kernel for ``SIGKILL`` when the
-parent goes (``PR_SET_PDEATHSIG``, Linux), checks the parent is still the one that spawned it (it may
+A runner imports Agent-lightning, LiteLLM and the user's agent, which takes seconds (more under
+load); a parent killed meanwhile must not leave it running. So the process's entry point lives in
+this module, which imports only the standard library: it asks the kernel for ``SIGKILL`` when the
+parent goes (``PR_SET_PDEATHSIG``, Linux), checks the parent is still the one that started it (it may
 have died before the request), and only then imports the runner. The polling watch in
 ``adapters.agl_runners`` stays as the fallback where ``prctl`` is unavailable.
+
+Runner processes are started as ``<python> -m adapters.runner_entry <fd>`` under any interpreter that
+has Agent-lightning and this project's runner part (the trainer's own, or an agent's environment whose
+framework cannot share the trainer's dependencies). Their settings, store token included, arrive as
+one JSON line on the pipe ``fd``, so no secret reaches the command line or the environment; the same
+pipe then carries ``stop`` (finish the rollouts in flight and exit), and its end of file (the parent
+closed it or is gone) means the same.
 
 The kernel sends the signal when the *thread* that spawned the process exits, so runner processes are
 spawned from threads that live as long as the pool (the caller's, or the pool's supervisor).
@@ -14,12 +21,16 @@ spawned from threads that live as long as the pool (the caller's, or the pool's 
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import signal
 import sys
 from typing import Any
 
 PR_SET_PDEATHSIG = 1
+RUNNER_MODULE = "adapters.runner_entry"
+STOP = "stop"
+"""The control pipe's one command after the settings line."""
 
 
 def die_with_parent(parent_pid: int) -> bool:
@@ -39,12 +50,21 @@ def die_with_parent(parent_pid: int) -> bool:
     return armed
 
 
-def runner_main(parent_pid: int, stop: Any, *args: Any) -> None:
-    """The spawn target of a runner process (see ``adapters.agl_runners.RunnerProcesses``)."""
+def runner_main(control_fd: int) -> None:
+    """A runner process: settings from the control pipe, then ``adapters.agl_runners.run_runner_process``."""
+    os.set_inheritable(control_fd, False)  # the agent's own subprocesses must not hold the pipe open
+    control = os.fdopen(control_fd, "r", encoding="utf-8")
+    settings: dict[str, Any] = json.loads(control.readline() or "{}")
+    parent_pid = settings.get("parent_pid")
+    if not isinstance(parent_pid, int):
+        sys.exit("agl-tinker runner: no settings on the control pipe (start runners through RunnerProcesses)")
     die_with_parent(parent_pid)
+    for entry in settings.get("sys_path", ()):  # the parent's import path, when it is the same interpreter
+        if entry not in sys.path:
+            sys.path.append(entry)
     from adapters.agl_runners import run_runner_process
 
-    run_runner_process(parent_pid, stop, *args)
+    run_runner_process(settings, control)
 
 
 def store_main(parent_pid: int, host: str, port: int, token: str) -> None:
@@ -53,3 +73,7 @@ def store_main(parent_pid: int, host: str, port: int, token: str) -> None:
     from adapters.store_process import serve_store_process
 
     serve_store_process(host, port, token)
+
+
+if __name__ == "__main__":
+    runner_main(int(sys.argv[1]))
