@@ -29,6 +29,8 @@ from typing import Any
 
 PR_SET_PDEATHSIG = 1
 RUNNER_MODULE = "adapters.runner_entry"
+RUNNER_PROTOCOL = 1
+"""The control pipe's format; an environment whose installed runner part says otherwise needs reinstalling."""
 STOP = "stop"
 """The control pipe's one command after the settings line."""
 

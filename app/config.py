@@ -159,6 +159,10 @@ class TrainConfig(_Frozen):
     runner_concurrency: int = Field(default=32, ge=1)
     """Rollouts each runner process runs at once. With ``trajectory_source=client`` runners are Agent-lightning's
     stock ``LitAgentRunner`` (one at a time: its AgentOps tracer is process-wide), so start more of them."""
+    runner_python: str | None = None
+    """The interpreter the runner processes run under: an agent's own environment (``scripts/agent-env.sh``
+    builds one from a requirements file), so its framework never shares the trainer's dependencies. Unset:
+    the trainer's own. Checked in one probe before the run starts."""
     worker_silence_s: float = Field(default=60.0, gt=0)
     """Runners this run did not start (``n_runners=0``) are watched through their store records: one silent for
     this long is taken for dead and its rollouts end at once instead of at their deadline."""

@@ -41,6 +41,7 @@ from adapters.cookbook_training import CookbookTrainingData, supervised_datum
 from adapters.endpoint import EndpointConfig, PolicyEndpoint
 from adapters.endpoint_triplets import EndpointTraceToTriplet
 from adapters.run_log import CookbookMetricsLog, JsonlCheckpointLog, JsonlRolloutLog
+from adapters.runner_env import check_runner_python
 from adapters.store_auth import STORE_TOKEN_ENV, TokenStoreClient, store_token
 from adapters.store_process import StoreProcess
 from adapters.store_server import project_store_server
@@ -394,14 +395,24 @@ class Run:
     """The Agent-lightning store the runners and the endpoint use (embedded or a client)."""
 
 
-@contextlib.asynccontextmanager
-async def open_run(config: TrainConfig) -> AsyncIterator[Run]:
-    """Every part of a run, started in dependency order and stopped in reverse."""
-    if config.n_runners > 0:
+def check_runner_agent(config: TrainConfig) -> None:
+    """The agent loads where the runners will run it: here, or in ``runner_python``'s environment (one probe)."""
+    if config.runner_python is None:
         try:
             load_agent(config.agent)
         except ValueError as error:
             raise LaunchError(str(error)) from error
+        return
+    checked = check_runner_python(config.runner_python, config.agent, stock_runner=runner_concurrency(config) is None)
+    if isinstance(checked, Failure):
+        raise LaunchError(checked.failure())
+
+
+@contextlib.asynccontextmanager
+async def open_run(config: TrainConfig) -> AsyncIterator[Run]:
+    """Every part of a run, started in dependency order and stopped in reverse."""
+    if config.n_runners > 0:
+        check_runner_agent(config)
     train_tasks, test_tasks = split_tasks(config)
     async with open_store(config) as (store, url, token):
         if config.n_runners == 0:
@@ -409,7 +420,9 @@ async def open_run(config: TrainConfig) -> AsyncIterator[Run]:
                 yield run
             return
         concurrency = runner_concurrency(config)
-        local = RunnerProcesses(config.agent, url, config.n_runners, token=token, concurrency=concurrency)
+        local = RunnerProcesses(
+            config.agent, url, config.n_runners, token=token, concurrency=concurrency, python=config.runner_python
+        )
         async with open_run_on_store(config, store, train_tasks, test_tasks, runners=local) as run:
             with local:
                 local.supervise()

@@ -34,3 +34,25 @@ def crashing_agent(task: dict[str, float], llm: agl.LLM) -> float:
     if task.get("crash"):
         os._exit(1)
     return task["reward"]
+
+
+class TaskRewardAgent(agl.LitAgent[dict[str, float]]):
+    """A ``LitAgent`` class as Agent-lightning's examples write theirs (``agent=module:Class`` makes it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trained_agents = "writer"  # what the deprecated constructor argument sets, without its warning
+
+    def rollout(self, task: dict[str, float], resources: agl.NamedResources, rollout: agl.Rollout) -> float:
+        return task["reward"]
+
+
+class ConfiguredAgent(agl.LitAgent[dict[str, float]]):
+    """A ``LitAgent`` class that cannot be made without arguments."""
+
+    def __init__(self, model_name: str, *, retries: int = 2) -> None:
+        super().__init__()
+        self.model_name, self.retries = model_name, retries
+
+    def rollout(self, task: dict[str, float], resources: agl.NamedResources, rollout: agl.Rollout) -> float:
+        return task["reward"]
