@@ -52,6 +52,29 @@ def die_with_parent(parent_pid: int) -> bool:
     return armed
 
 
+_tied_to: int | None = None
+
+
+def end_forked_children_with_this_process() -> None:
+    """Every process this one forks from now on gets ``SIGKILL`` when this one ends, however it ends.
+
+    For runner processes that others start: Agent-lightning's execution strategies fork theirs and
+    stop them only on ``KeyboardInterrupt``, so a SIGTERM (or SIGKILL) of their parent left them
+    running. Only this process's direct children are armed (a child's own forks keep their own rules).
+    Idempotent; ``fork`` start method only (a spawned child runs its own entry point).
+    """
+    global _tied_to
+    if _tied_to == os.getpid():
+        return
+    _tied_to = parent = os.getpid()
+
+    def arm() -> None:
+        if os.getppid() == parent:
+            die_with_parent(parent)
+
+    os.register_at_fork(after_in_child=arm)
+
+
 def runner_main(control_fd: int) -> None:
     """A runner process: settings from the control pipe, then ``adapters.agl_runners.run_runner_process``."""
     os.set_inheritable(control_fd, False)  # the agent's own subprocesses must not hold the pipe open

@@ -113,7 +113,7 @@ def _cmd_runner(args: argparse.Namespace) -> int:
     if args.concurrency < 1:
         print(f"agl-tinker: error: --concurrency must be at least 1, got {args.concurrency}", file=sys.stderr)
         return 2
-    return serve_runners(args.agent, args.store, args.n, None if args.stock else args.concurrency)
+    return serve_runners(args.agent, args.store, args.n, None if args.stock else args.concurrency, args.python)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -166,6 +166,10 @@ def _parser() -> argparse.ArgumentParser:
         "--stock",
         action="store_true",
         help="Agent-lightning's LitAgentRunner instead: one rollout at a time (for trajectory_source=client)",
+    )
+    runner.add_argument(
+        "--python",
+        help="the interpreter the runners run under, e.g. an agent's own environment (scripts/agent-env.sh)",
     )
     runner.set_defaults(run=_cmd_runner)
     return parser

@@ -12,12 +12,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import agentlightning as agl
+from returns.result import Failure
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from adapters.agl_runners import RunnerProcesses
 from adapters.endpoint import EndpointError, is_loopback
 from adapters.run_log import CHECKPOINTS_FILE, last_checkpoint
+from adapters.runner_env import check_runner_python
 from adapters.store_auth import STORE_TOKEN_ENV, store_token
 from adapters.store_server import project_store_server
 from adapters.tinker_backend import TinkerError
@@ -228,13 +230,20 @@ def serve_store(host: str, port: int) -> int:
     return 0
 
 
-def serve_runners(agent: str, store_url: str, n: int, concurrency: int | None) -> int:
+def serve_runners(agent: str, store_url: str, n: int, concurrency: int | None, python: str | None = None) -> int:
     """``agl-tinker runner``: ``n`` runner processes on ``store_url`` until interrupted.
 
-    ``concurrency``: rollouts per process (``None``: Agent-lightning's stock one-at-a-time runner).
+    ``concurrency``: rollouts per process (``None``: Agent-lightning's stock one-at-a-time runner);
+    ``python``: the interpreter they run under (checked first: ``adapters.runner_env``).
     """
+    if python is not None:
+        checked = check_runner_python(python, agent, stock_runner=concurrency is None)
+        if isinstance(checked, Failure):
+            return _fail(LaunchError(checked.failure()))
     try:
-        runners = RunnerProcesses(agent, store_url, n, token=store_token(generate=False), concurrency=concurrency)
+        runners = RunnerProcesses(
+            agent, store_url, n, token=store_token(generate=False), concurrency=concurrency, python=python
+        )
     except ValueError as error:
         return _fail(error)
     with runners:

@@ -16,6 +16,7 @@ os.environ.setdefault("AGENTOPS_LOG_LEVEL", "ERROR")
 
 import agentlightning as agl
 
+from app.faces.agl_algorithm import end_forked_children_with_this_process
 from examples.hello.hello import hello
 
 
@@ -25,6 +26,7 @@ def cli() -> None:
     parser.add_argument("-n", type=int, default=2, help="runner processes")
     args = parser.parse_args()
     url = urlsplit(args.store)
+    end_forked_children_with_this_process()  # a SIGTERM or SIGKILL of this process ends its runners too
     strategy = agl.ClientServerExecutionStrategy(
         role="runner", server_host=url.hostname, server_port=url.port, n_runners=args.n
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -21,9 +22,10 @@ from app.faces.compat import AGLDatasetBuilder, Config, main
 from app.launch import LaunchError, free_port, open_run_on_store
 from examples.hello.hello import hello
 from tests.support.cli import cli_env
-from tests.support.processes import stop
+from tests.support.processes import alive, children, stop
 from tests.support.runs import metrics_lines
 from tests.support.stores import store_process, wait_healthy
+from tests.support.waits import until
 
 pytestmark = pytest.mark.slow
 
@@ -183,3 +185,34 @@ async def test_compat_main_trains_on_a_store_whose_runners_agent_lightning_start
     finally:
         for process in (runners, store):
             stop(process, group=True)  # the group this test started: the runners' children too
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+async def test_runners_started_the_agent_lightning_way_end_with_their_parent(sig: int) -> None:
+    """``agl.Trainer`` in role runner forks its runner processes; a SIGTERM or SIGKILL of it ends them too."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = cli_env(AGENTOPS_LOG_LEVEL="ERROR")
+    store = store_process(port, env=env, start_new_session=True)
+    runners = subprocess.Popen(
+        [sys.executable, "-m", "examples.hello.run_runners", "--store", url, "-n", "2"],
+        cwd=ROOT, env=env, start_new_session=True,
+    )  # fmt: skip
+    try:
+        await wait_healthy(url, process=store)
+
+        async def started() -> bool:
+            return len(children(runners.pid)) == 2
+
+        await until(started, "the two runner processes did not start")
+        forked = children(runners.pid)
+
+        runners.send_signal(sig)
+
+        async def ended() -> bool:
+            return not any(alive(pid) for pid in forked)
+
+        await until(ended, f"runner processes outlived their parent's signal {sig}")
+    finally:
+        for process in (runners, store):
+            stop(process, group=True)
