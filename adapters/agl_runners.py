@@ -118,6 +118,8 @@ async def run_runner(
     runner.init(agent=agent)
     try:
         runner.init_worker(worker_id=worker_id, store=store)
+        if _alarm is not None:
+            _alarm.watch()  # AgentOps, set up just now, replaced the handlers of its logger
         try:
             await runner.iter(event=stop)
         finally:
@@ -175,6 +177,43 @@ class RunnerSettings(BaseModel):
     """The parent's import path, given only when the child runs the parent's own interpreter."""
 
 
+class SpanExportAlarm(logging.Handler):
+    """Says on stderr (the trainer's output, for runners it started) that this runner's span export fails.
+
+    Agent-lightning's OTLP exporter (the stock runner's) and AgentOps log such failures and carry on:
+    the rollouts still succeed, without their rewards. One line at the first failure, then every 100th.
+    """
+
+    EVERY = 100
+
+    def __init__(self, worker_id: int) -> None:
+        super().__init__(logging.WARNING)
+        self.worker_id, self.failures = worker_id, 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if "export" not in message.lower():
+            return
+        self.failures += 1
+        if self.failures == 1 or self.failures % self.EVERY == 0:
+            first = " ".join(message.split())[:300]
+            sys.stderr.write(
+                f"agl-tinker runner {self.worker_id}: span export failed ({self.failures}x): {first}; "
+                "the rewards and spans of its rollouts do not reach the trainer\n"
+            )
+
+    def watch(self) -> SpanExportAlarm:
+        """Listen to the exporters' loggers; again after AgentOps configures its own (it drops their handlers)."""
+        for name in ("agentops", "opentelemetry"):
+            found = logging.getLogger(name)
+            if self not in found.handlers:
+                found.addHandler(self)
+        return self
+
+
+_alarm: SpanExportAlarm | None = None
+
+
 def run_runner_process(settings: Mapping[str, Any], control: TextIO) -> None:
     """A runner process's work, after ``adapters.runner_entry`` tied it to its parent.
 
@@ -187,6 +226,8 @@ def run_runner_process(settings: Mapping[str, Any], control: TextIO) -> None:
     os.environ.setdefault("AGENTOPS_LOG_LEVEL", "ERROR")  # no "Session Replay" line per rollout
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when runners stop
     export_spans_with_token(parsed.token)
+    global _alarm
+    _alarm = SpanExportAlarm(parsed.worker_id).watch()
     stop = ThreadingEvent()
 
     def listen() -> None:

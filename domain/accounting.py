@@ -36,6 +36,8 @@ class BatchAccount:
     n_kept: int = 0
     n_dropped_no_trainable: int = 0
     n_dropped_constant: int = 0
+    n_without_reward: int = 0
+    """Trainable members none of whose turns carried a reward (they train as if rewarded ``missing_reward``)."""
 
     @classmethod
     def of(
@@ -48,10 +50,14 @@ class BatchAccount:
         if not len(results_PG) == len(trainable_PG) == len(kept_P):
             raise ValueError("results, trainable flags and kept flags must cover the same groups")
         n_trainable_P = []
+        n_without_reward = 0
         for results_G, trainable_G, kept in zip(results_PG, trainable_PG, kept_P, strict=True):
             if len(results_G) != len(trainable_G):
                 raise ValueError("each group needs one trainable flag per result")
             n_trainable_P.append(sum(trainable_G))
+            n_without_reward += sum(
+                1 for r, t in zip(results_G, trainable_G, strict=True) if t and r.trajectory.reward_missing
+            )
             if kept and not any(trainable_G):
                 raise ValueError("a kept group needs a trainable member")
         statuses = Counter(r.status for results_G in results_PG for r in results_G)
@@ -72,6 +78,7 @@ class BatchAccount:
             n_kept=n_kept,
             n_dropped_no_trainable=n_dropped_no_trainable,
             n_dropped_constant=len(kept_P) - n_kept - n_dropped_no_trainable,
+            n_without_reward=n_without_reward,
         )
 
     @classmethod
@@ -90,6 +97,11 @@ class BatchAccount:
     def has_trainable(self) -> bool:
         """Whether any rollout could train (constant-reward removal aside: that is not a failure)."""
         return self.n_trainable > 0
+
+    @property
+    def has_reward(self) -> bool:
+        """Whether any trainable rollout carried a reward (a batch without one teaches nothing)."""
+        return self.n_trainable > self.n_without_reward
 
     def status_counts(self) -> dict[str, int]:
         """Rollouts per status label, the named statuses first, then ``other``."""
@@ -110,6 +122,7 @@ class BatchAccount:
             "groups/n_kept": float(self.n_kept),
             "groups/n_dropped_no_trainable": float(self.n_dropped_no_trainable),
             "groups/n_dropped_constant": float(self.n_dropped_constant),
+            "rollouts/n_without_reward": float(self.n_without_reward),
         }
 
     def describe(self) -> str:
@@ -121,9 +134,25 @@ class BatchAccount:
         if n_top == self.n_enqueued and top != "succeeded" and self.n_trainable == 0:
             return f"all {self.n_enqueued} rollouts {top}"
         parts = [f"{n} {label}" for n, label in counts] + [f"{self.n_trainable} trainable"]
+        if self.n_without_reward:
+            parts.append(f"{self.n_without_reward} without reward")
         if self.n_dropped_constant:
             parts.append(f"{self.n_dropped_constant} constant-reward group(s) dropped")
         return f"{self.n_enqueued} rollouts: " + ", ".join(parts)
 
     def _named_counts(self) -> tuple[int, int, int, int]:
         return (self.n_succeeded, self.n_failed, self.n_timed_out, self.n_cancelled)
+
+
+MISSING_REWARD_CAUSES = (
+    "the agent neither returned a reward nor called agl.emit_reward, its runner's span export failed, "
+    "or each reward came before the first trained call"
+)
+
+
+def missing_reward_warning(i_batch: int, account: BatchAccount) -> str | None:
+    """One line for a batch whose trainable rollouts came back without a reward, with the likely causes."""
+    if not account.n_without_reward:
+        return None
+    share = f"{account.n_without_reward} of {account.n_trainable}"
+    return f"batch {i_batch}: {share} trainable rollouts carried no reward ({MISSING_REWARD_CAUSES})"

@@ -77,6 +77,11 @@ class ReconstructedTrajectory:
         return not self.transitions
 
     @property
+    def reward_missing(self) -> bool:
+        """No triplet carried a usable reward: whatever the agent meant to reward never arrived."""
+        return self.final_reward_missing and not any(t.metrics.get(METRIC_NOT_NULL) for t in self.transitions)
+
+    @property
     def oldest_policy_version(self) -> int | None:
         """The oldest policy that sampled a kept transition: what staleness is measured from."""
         versions = [t.policy_version for t in self.transitions if t.policy_version is not None]

@@ -52,7 +52,7 @@ from app.usecases.steps import (
     save_checkpoint,
     train_step,
 )
-from domain.accounting import BatchAccount
+from domain.accounting import BatchAccount, missing_reward_warning
 from domain.staleness import StalenessPolicy, staleness_metrics, staleness_scaled_lr, steps_behind
 from domain.stats import mean_per_key
 from ports.policy import AdamParams, LogprobScorer, LossName, TrainingDatum
@@ -240,6 +240,8 @@ async def run_async_training(
             if groups:
                 metrics.update(parts.assembler.batch_metrics(groups, [item.task_group for item in taken]))
             stop = empty.record(step, account)
+            if (warning := missing_reward_warning(step, account)) is not None:
+                log(f"warning: {warning}")
 
             t_train = time.perf_counter()
             if streamed is not None:

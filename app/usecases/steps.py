@@ -22,7 +22,7 @@ from typing import Generic
 
 from app.usecases.evaluation import all_task_groups, evaluate_policy
 from app.usecases.rollouts import RolloutOptions
-from domain.accounting import BatchAccount
+from domain.accounting import MISSING_REWARD_CAUSES, BatchAccount
 from domain.groups import RolloutResult
 from domain.metric_names import TEST_PREFIX, TRAIN_REWARD
 from domain.staleness import StalenessPolicy
@@ -100,12 +100,17 @@ class TrainingSettings:
 
 
 class NothingToTrain(RuntimeError):
-    """Batches keep coming back without a trainable rollout (the agent fails, times out, or emits nothing)."""
+    """Batches keep coming back without a trainable rollout or a reward (the agent fails, times out, emits nothing)."""
 
     @classmethod
     def after(cls, n_empty: int, i_batch: int, account: BatchAccount, cause: str | None = None) -> NothingToTrain:
         batches = "batch" if n_empty == 1 else "batches"
         because = f"; {cause}" if cause else ""
+        if account.has_trainable:  # trainable rollouts, none of them rewarded
+            return cls(
+                f"{n_empty} consecutive {batches} had no reward (batch {i_batch}: {account.describe()}): "
+                f"{MISSING_REWARD_CAUSES}{because}"
+            )
         return cls(
             f"{n_empty} consecutive {batches} had no trainable rollout (batch {i_batch}: {account.describe()}){because}"
         )
@@ -113,7 +118,7 @@ class NothingToTrain(RuntimeError):
 
 @dataclass(slots=True)
 class EmptyStreak:
-    """Consecutive batches without a trainable rollout, and the last of them (what ``NothingToTrain`` names)."""
+    """Consecutive batches without a trainable rollout or any reward, and the last of them (``NothingToTrain``)."""
 
     limit: int
     """``max_empty_batches``: a streak this long ends the run; 0 never does."""
@@ -122,7 +127,7 @@ class EmptyStreak:
 
     def record(self, i_batch: int, account: BatchAccount) -> bool:
         """Count the batch; whether the streak has reached the limit."""
-        if account.has_trainable:
+        if account.has_trainable and account.has_reward:
             self.n = 0
         else:
             self.n, self.last = self.n + 1, (i_batch, account)

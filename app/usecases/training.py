@@ -39,6 +39,7 @@ from app.usecases.steps import (
     save_checkpoint,
     train_step,
 )
+from domain.accounting import missing_reward_warning
 from ports.rollout_store import SpanT
 from ports.trajectory_groups import GroupT, MemberT, TaskGroupT
 
@@ -110,6 +111,8 @@ async def run_training(
         if groups_P:  # an empty batch has no reward: logging 0.0 would read as a bad policy
             metrics.update(parts.assembler.batch_metrics(groups_P, task_groups_P))
         stop = empty.record(i_batch, account)
+        if (warning := missing_reward_warning(i_batch, account)) is not None:
+            log(f"warning: {warning}")
 
         t_train = time.perf_counter()
         if groups_P:

@@ -298,3 +298,26 @@ async def test_one_train_step_moves_the_next_samplers_logprobs_with_the_advantag
     down = [d for a, d in moved if a < 0]
     assert sum(up) / len(up) > 0 > sum(down) / len(down)
     assert sum(a * d for a, d in moved) > 0
+
+
+def test_a_run_whose_rollouts_succeed_without_a_reward_warns_each_batch_and_stops_with_one_error_line(
+    tmp_path: Path,
+) -> None:
+    """An agent that never returns or emits its reward: each batch warns with the share and the causes, and
+    ``max_empty_batches`` such batches end the run, exit 1, instead of a run that "trains" on nothing."""
+    result = cli(
+        "train", "agent=tests.integration.training_agents:forgetful_agent", f"log_path={tmp_path / 'run'}",
+        "max_batches=5", "max_empty_batches=2", "n_runners=1", "warm_start.steps=0", "batch_size=2", "group_size=2",
+        "eval_every=0", "rollout_timeout_s=30",
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    output = result.stdout + result.stderr
+    warnings = [line for line in output.splitlines() if line.startswith("warning: batch")]
+    assert len(warnings) == 2, output
+    assert warnings[0].startswith("warning: batch 0: 4 of 4 trainable rollouts carried no reward (the agent neither")
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith(
+        "error: 2 consecutive batches had no reward (batch 1: 4 rollouts: 4 succeeded, 4 trainable, 4 without reward)"
+    ), errors
+    assert "agl.emit_reward" in errors[0]
+    assert [m["rollouts/n_without_reward"] for m in batch_lines(tmp_path / "run")] == [4.0, 4.0]

@@ -28,3 +28,14 @@ async def always_seven_agent(task: dict[str, str], llm: agl.LLM) -> float:
 async def failing_agent(task: dict[str, str], llm: agl.LLM) -> float:
     """Raises before calling the model, as a buggy agent does: every rollout fails."""
     raise TypeError(f"boom on {task['word']!r}")
+
+
+@agl.rollout
+async def forgetful_agent(task: dict[str, str], llm: agl.LLM) -> None:
+    """Asks the model and judges the reply, but forgets to return or emit the reward: every rollout succeeds."""
+    reply = (
+        await _client()
+        .with_options(base_url=llm.endpoint)
+        .chat.completions.create(model=llm.model, messages=[{"role": "user", "content": task["word"]}])
+    )
+    _reward = 1.0 if (reply.choices[0].message.content or "").strip() == "7" else 0.0

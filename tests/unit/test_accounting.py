@@ -6,9 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from domain.accounting import STATUS_LABELS, BatchAccount
+from domain.accounting import STATUS_LABELS, BatchAccount, missing_reward_warning
 from domain.groups import TIMED_OUT, RolloutResult
-from domain.trajectory import EMPTY_TRAJECTORY
+from domain.trajectory import reconstruct_trajectory
+from domain.triplets import RawTriplet
 
 STATUSES = ["succeeded", "failed", "cancelled", TIMED_OUT, "running"]
 Member = tuple[str, bool]
@@ -16,7 +17,8 @@ Member = tuple[str, bool]
 
 
 def result(status: str) -> RolloutResult:
-    return RolloutResult(rollout_id=f"ro-{status}", status=status, trajectory=EMPTY_TRAJECTORY)
+    """A rollout with ``status`` and a rewarded one-turn trajectory (whether it may train is the caller's flag)."""
+    return RolloutResult(rollout_id=f"ro-{status}", status=status, trajectory=rewarded(1.0).trajectory)
 
 
 def account_of(batch_PG: list[list[Member]], kept_P: list[bool]) -> BatchAccount:
@@ -126,3 +128,47 @@ def test_merged_accounts_sum_every_count(accounts: list[BatchAccount]) -> None:
     assert merged.n_trained == sum(a.n_trained for a in accounts)
     assert merged.n_dropped_constant == sum(a.n_dropped_constant for a in accounts)
     assert merged.n_excluded == sum(a.n_excluded for a in accounts)
+
+
+def rewarded(reward: float | None) -> RolloutResult:
+    """A succeeded one-turn rollout whose turn carried ``reward`` (None: no reward arrived)."""
+    triplet = RawTriplet(
+        prompt={"token_ids": [1, 2]}, response={"token_ids": [3], "logprobs": [{"logprob": -0.5}]}, reward=reward
+    )
+    return RolloutResult(rollout_id="ro", status="succeeded", trajectory=reconstruct_trajectory([triplet]))
+
+
+@given(st.lists(st.lists(st.sampled_from([None, 0.0, 1.0]), min_size=1, max_size=4), min_size=1, max_size=4))
+def test_rollouts_without_a_reward_are_counted_and_warned_about(rewards_PG: list[list[float | None]]) -> None:
+    account = BatchAccount.of(
+        [[rewarded(r) for r in group] for group in rewards_PG],
+        [[True] * len(group) for group in rewards_PG],
+        [True] * len(rewards_PG),
+    )
+    missing = sum(r is None for group in rewards_PG for r in group)
+    assert account.n_without_reward == missing
+    assert account.metrics()["rollouts/n_without_reward"] == missing
+    assert account.has_reward == (missing < account.n_trainable)  # a reward of 0.0 is a reward
+    warning = missing_reward_warning(7, account)
+    if missing:
+        assert warning is not None
+        assert warning.startswith(f"batch 7: {missing} of {account.n_trainable} trainable rollouts carried no reward")
+        assert "agl.emit_reward" in warning and "span export" in warning
+    else:
+        assert warning is None
+
+
+def test_a_streak_of_batches_without_any_reward_ends_the_run_naming_the_causes() -> None:
+    from app.usecases.steps import EmptyStreak
+
+    def batch(*rewards: float | None) -> BatchAccount:
+        return BatchAccount.of([[rewarded(r) for r in rewards]], [[True] * len(rewards)], [True])
+
+    streak = EmptyStreak(limit=2)
+    assert not streak.record(0, batch(None, None))
+    assert not streak.record(1, batch(None, 0.0))  # one reward (even 0.0) breaks the streak
+    assert not streak.record(2, batch(None, None))
+    assert streak.record(3, batch(None, None))
+    message = str(streak.error())
+    assert message.startswith("2 consecutive batches had no reward (batch 3: 2 rollouts: 2 succeeded, 2 trainable, ")
+    assert "2 without reward" in message and "agl.emit_reward" in message
