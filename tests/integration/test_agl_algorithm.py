@@ -4,11 +4,13 @@ compat ``Config``/``main``, and runners started the Agent-lightning way serving 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -155,8 +157,9 @@ def test_compat_config_maps_the_original_arguments(tmp_path: Path, monkeypatch: 
         )  # fmt: skip
 
 
-async def test_compat_main_trains_on_a_store_whose_runners_agent_lightning_started(tmp_path: Path) -> None:
-    """``agl-tinker store``, runners as an ``agl.Trainer`` in role runner, the original's ``main`` training."""
+@contextlib.asynccontextmanager
+async def store_with_agl_runners() -> AsyncIterator[tuple[str, subprocess.Popen[bytes]]]:
+    """``agl-tinker store`` and two runners started as an ``agl.Trainer`` in role runner: the URL, the runners."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = cli_env(AGENTOPS_LOG_LEVEL="ERROR")
@@ -167,6 +170,15 @@ async def test_compat_main_trains_on_a_store_whose_runners_agent_lightning_start
     )  # fmt: skip
     try:
         await wait_healthy(url, process=store)
+        yield url, runners
+    finally:
+        for process in (runners, store):
+            stop(process, group=True)  # the group this test started: the runners' children too
+
+
+async def test_compat_main_trains_on_a_store_whose_runners_agent_lightning_started(tmp_path: Path) -> None:
+    """``agl-tinker store``, runners as an ``agl.Trainer`` in role runner, the original's ``main`` training."""
+    async with store_with_agl_runners() as (url, _runners):
         builder = AGLDatasetBuilder(batch_size=4, group_size=2, seed=1, train_dataset=TRAIN, val_dataset=VAL)
         cfg = Config(
             learning_rate=1e-3, dataset_builder=builder, renderer_name="qwen3_instruct", model_name="Qwen/Qwen3-4B",
@@ -182,24 +194,12 @@ async def test_compat_main_trains_on_a_store_whose_runners_agent_lightning_start
         assert all(m["env/all/by_group/frac_status_succeeded"] == 1.0 for m in batches)
         assert all(m["env/all/reconstruct/kept"] > 0 for m in batches), "the runners' spans reached the trainer"
         assert summary.final_checkpoint is not None
-    finally:
-        for process in (runners, store):
-            stop(process, group=True)  # the group this test started: the runners' children too
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
 async def test_runners_started_the_agent_lightning_way_end_with_their_parent(sig: int) -> None:
     """``agl.Trainer`` in role runner forks its runner processes; a SIGTERM or SIGKILL of it ends them too."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = cli_env(AGENTOPS_LOG_LEVEL="ERROR")
-    store = store_process(port, env=env, start_new_session=True)
-    runners = subprocess.Popen(
-        [sys.executable, "-m", "examples.hello.run_runners", "--store", url, "-n", "2"],
-        cwd=ROOT, env=env, start_new_session=True,
-    )  # fmt: skip
-    try:
-        await wait_healthy(url, process=store)
+    async with store_with_agl_runners() as (_url, runners):
 
         async def started() -> bool:
             return len(children(runners.pid)) == 2
@@ -213,6 +213,3 @@ async def test_runners_started_the_agent_lightning_way_end_with_their_parent(sig
             return not any(alive(pid) for pid in forked)
 
         await until(ended, f"runner processes outlived their parent's signal {sig}")
-    finally:
-        for process in (runners, store):
-            stop(process, group=True)
