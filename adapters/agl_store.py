@@ -210,7 +210,6 @@ class AglRolloutStore:
                     raise
                 continue  # over HTTP the same ValueError arrives as the server's 500
 
-
     async def forget(self, rollout_ids: Sequence[str]) -> None:
         if not rollout_ids:
             return
@@ -242,6 +241,11 @@ class AglTripletSource:
         return [
             RawTriplet(prompt=t.prompt, response=t.response, reward=t.reward, metadata=t.metadata) for t in triplets
         ]
+
+    def take_metrics(self) -> Mapping[str, float]:
+        """The adapter's counters since the last call, where it keeps any (``take_metrics``)."""
+        take = getattr(self.adapter, "take_metrics", None)
+        return dict(take()) if callable(take) else {}
 
 
 def _describe(error: BaseException) -> str:

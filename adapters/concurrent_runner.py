@@ -44,6 +44,7 @@ from agentlightning.types import NamedResources, SpanCoreFields
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace import TracerProvider as TracerProviderImpl
 
+from adapters.langchain_tracing import instrument_langchain
 from adapters.store_finish import AttemptEnd, FinishingClient
 
 logger = logging.getLogger(__name__)
@@ -104,6 +105,7 @@ class ConcurrentTracer(OtelTracer):  # type: ignore[misc]  # agentlightning is u
         super().__init__()
         self._tracer_provider: TracerProviderImpl | None = None
         self._processor = _ScopedSpanProcessor()
+        self._langchain_handler: Any = None
 
     def _initialize_tracer_provider(self, worker_id: int) -> None:
         if self._tracer_provider is not None:
@@ -115,7 +117,16 @@ class ConcurrentTracer(OtelTracer):  # type: ignore[misc]  # agentlightning is u
         trace_api.set_tracer_provider(provider)
         if trace_api.get_tracer_provider() is not provider:
             logger.info("another OpenTelemetry provider is global; only spans made through this tracer are kept")
+        # LangChain/LangGraph runs as agent spans (which node made each call, for agent_match), on every run.
+        self._langchain_handler = instrument_langchain(provider)
         self._initialized = True
+
+    def get_langchain_handler(self) -> Any:
+        """The LangChain callback handler (``adapters.langchain_spans``; None without LangChain) that Agent-lightning's
+        LangGraph agents pass as a callback. It is on every LangChain run of the process already."""
+        return self._langchain_handler
+
+    get_langchain_callback_handler = get_langchain_handler  # AgentOpsTracer's alias, which spider's agent calls
 
     @asynccontextmanager
     async def trace_context(
@@ -325,8 +336,11 @@ class ConcurrentRunner:
         """The traceback the first time an error is seen in this runner, one line each time it repeats."""
         key = f"{type(error).__name__}: {error}"
         if key in self._failures_seen:
-            logger.warning("rollout %s: the agent raised the same %s again (its traceback is above)", rollout_id,
-                           type(error).__name__)
+            logger.warning(
+                "rollout %s: the agent raised the same %s again (its traceback is above)",
+                rollout_id,
+                type(error).__name__,
+            )
             return
         if len(self._failures_seen) < 1000:
             self._failures_seen.add(key)

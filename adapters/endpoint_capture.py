@@ -38,6 +38,8 @@ CHOICE = "agl_tinker.choice"
 N_CHOICES = "agl_tinker.n_choices"
 EXTENDS = "agl_tinker.extends"
 """``[sequence_id, choice]`` of the served choice this prompt extends token for token (absent otherwise)."""
+RESPONSE_ID = "agl_tinker.response_id"
+"""The id the reply carried (``chatcmpl-policy-...``): a client-side span of the same call carries it too."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,9 +147,12 @@ def completion_span(
     choice: int = 0,
     n_choices: int = 1,
     extends: tuple[int, int] | None = None,
+    response_id: str | None = None,
 ) -> Span:
     """The store record of one choice of a served completion."""
-    extra: dict[str, list[int]] = {EXTENDS: list(extends)} if extends is not None else {}
+    extra: dict[str, list[int] | str] = {EXTENDS: list(extends)} if extends is not None else {}
+    if response_id:
+        extra[RESPONSE_ID] = response_id
     return Span.from_attributes(
         attributes={
             **extra,

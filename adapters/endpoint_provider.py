@@ -529,6 +529,7 @@ class PolicyProvider(CustomLLM):
                 choice=index,
                 n_choices=len(sequences),
                 extends=extends,
+                response_id=response.id,
             )
             await self._record(span)
         return response

@@ -22,6 +22,14 @@ counted in ``unattributed_rewards`` and logged, never silently dropped.
 Where the agent's client also traced a policy call with token ids (the ``openai`` client through
 the AgentOps tracer), those ids are checked against the records: a traced reply that matches no
 record is counted in ``disagreements`` and logged, since it means one of the two sources is wrong.
+
+With ``agent_match`` (a regular expression, as ``TracerTraceToTriplet(agent_match=...)``), only the calls
+made inside an agent whose name it finds are trained (``domain.agent_match``: the client-side span that
+carries the record's response id and its nearest agent ancestor, else the innermost agent spans around
+the record in time; agent names as Agent-lightning's ``TraceTree.agent_name`` reads them). The others are
+counted per verdict (``take_metrics``: ``agent_match/calls_*``), and rewards go to the latest *trained*
+call before them, as above. A batch in which the regex trained no call says so in one warning line that
+names the agents seen.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from collections.abc import Sequence
 from typing import cast
 
 from agentlightning import Span, TraceToTripletBase, Triplet
+from agentlightning.adapter.triplet import TraceTree
 from agentlightning.emitter.reward import get_reward_value
 
 from adapters.endpoint_capture import (
@@ -44,13 +53,17 @@ from adapters.endpoint_capture import (
     POLICY_VERSION,
     PREFIX,
     PROMPT_IDS,
+    RESPONSE_ID,
     RESPONSE_IDS,
 )
+from domain.agent_match import AgentCalls, CallVerdict, PolicyCall, TraceSpan, call_agents, judge
 from domain.multiturn import ServedChoice, kept_choices
 
 logger = logging.getLogger(__name__)
 CLIENT_LLM_CALL = re.compile(r"openai\.chat\.completion")
 CLIENT_RESPONSE_IDS = "response_token_ids"
+CLIENT_RESPONSE_ID = ("gen_ai.response.id", "agentlightning.operation.output.id")
+"""Where a client-side LLM-call span keeps the response id (what Agent-lightning's dedup reads)."""
 
 
 def _time(value: float | None) -> float:
@@ -60,8 +73,10 @@ def _time(value: float | None) -> float:
 class EndpointTraceToTriplet(TraceToTripletBase):
     """One triplet per kept completion choice the endpoint served to the rollout, in branch order."""
 
-    def __init__(self) -> None:
+    def __init__(self, agent_match: str | None = None) -> None:
         super().__init__()
+        self.agent_match = AgentMatchCount(agent_match) if agent_match is not None else None
+        """Which calls train, and the tally of the calls judged (``None``: every call trains)."""
         self.disagreements = 0
         """Client-traced policy replies (with token ids) that match no endpoint record, so far."""
         self.ambiguous_choices = 0
@@ -83,6 +98,8 @@ class EndpointTraceToTriplet(TraceToTripletBase):
         self.ambiguous_choices += kept.ambiguous_calls
         self.unkept_choices += kept.unkept_choices
         completions = [records[c] for c in kept.trained]
+        if self.agent_match is not None:
+            completions = self.agent_match.trained(completions, spans)
         rewards, unattributed = match_rewards(spans, completions)
         if unattributed:
             self.unattributed_rewards += unattributed
@@ -109,6 +126,10 @@ class EndpointTraceToTriplet(TraceToTripletBase):
             )
             for span in completions
         ]
+
+    def take_metrics(self) -> dict[str, float]:
+        """``agent_match/calls_*`` since the last call (none without ``agent_match``); warns when it trained none."""
+        return self.agent_match.take_metrics() if self.agent_match is not None else {}
 
     def _check_client_spans(self, spans: Sequence[Span], completions: Sequence[Span]) -> None:
         recorded = {tuple(_ints(c.attributes.get(RESPONSE_IDS))) for c in completions}
@@ -162,3 +183,64 @@ def match_rewards(spans: Sequence[Span], completions: Sequence[Span]) -> tuple[d
         latest = max(before, key=lambda c: (_time(c.end_time), c.sequence_id))
         rewards[latest.span_id] = rewards.get(latest.span_id, 0.0) + value
     return rewards, unattributed
+
+
+class AgentMatchCount:
+    """Judges each served call under ``pattern`` (``domain.agent_match``) and tallies the verdicts until taken."""
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+        self._regex = re.compile(pattern)
+        self.calls = AgentCalls()
+        """Calls judged since the last ``take_metrics``."""
+
+    def judge(self, agents: Sequence[str]) -> CallVerdict:
+        verdict = judge(agents, self._regex)
+        self.calls = self.calls.add(agents, verdict)
+        return verdict
+
+    def trained(self, completions: Sequence[Span], spans: Sequence[Span]) -> list[Span]:
+        """The completion records made by a matching agent, in their order."""
+        trace = [t for s in spans if s.name != COMPLETION_SPAN and (t := trace_span(s)) is not None]
+        kept: list[Span] = []
+        for record in completions:
+            agents = call_agents(policy_call(record), trace)
+            if self.judge(agents) is CallVerdict.TRAINED:
+                kept.append(record)
+            else:
+                logger.debug("rollout %s: call %d by %s not trained", record.rollout_id, record.sequence_id, agents)
+        return kept
+
+    def take_metrics(self) -> dict[str, float]:
+        calls, self.calls = self.calls, AgentCalls()
+        if calls.n_calls == 0:
+            return {}
+        unmatched = calls.describe_no_match(self.pattern, " in this batch")
+        if unmatched is not None:
+            logger.warning("%s", unmatched)
+        return calls.metrics()
+
+
+def policy_call(record: Span) -> PolicyCall:
+    response_id = record.attributes.get(RESPONSE_ID)
+    return PolicyCall(
+        start=_time(record.start_time),
+        end=_time(record.end_time),
+        response_id=response_id if isinstance(response_id, str) else None,
+    )
+
+
+def trace_span(span: Span) -> TraceSpan | None:
+    """What ``domain.agent_match`` reads of a traced span; ``None`` for one without both times."""
+    if span.start_time is None or span.end_time is None:
+        return None
+    response_id = next((v for key in CLIENT_RESPONSE_ID if isinstance(v := span.attributes.get(key), str)), None)
+    agent = TraceTree(span.span_id, span, []).agent_name()
+    return TraceSpan(
+        span_id=span.span_id,
+        parent_id=span.parent_id,
+        start=span.start_time,
+        end=span.end_time,
+        agent=str(agent) if agent is not None else None,
+        response_id=response_id,
+    )

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from returns.result import Failure, Result, Success
 
 DEMO = "demo"
@@ -182,6 +182,13 @@ class TrainConfig(_Frozen):
     save_rollouts: bool = False
     """Write every training rollout as rebuilt (status, token ids, logprobs, rewards) to ``log_path/rollouts.jsonl``
     as it finishes: what a run trained on stays readable after the trainer let go of it."""
+    transcripts: bool = True
+    """Write readable HTML pages of what the agent did under ``log_path/transcripts``: every evaluation's rollouts
+    (``eval-000010.html``) and ``transcript_groups`` groups of each training batch (``train-000003.html``), each
+    turn decoded with the policy's tokenizer, response tokens shaded by their probability, rewards, advantages and
+    policy versions; ``agl-tinker report`` lists them in ``transcripts/index.html``. False: no pages."""
+    transcript_groups: int = Field(default=2, ge=0)
+    """Groups of each training batch (async: step) written to its transcript page; 0: evaluations' pages only."""
     rollout_timeout_s: float = Field(default=120.0, gt=0)
     """Deadline of one rollout from when a runner starts it; past it the rollout is cancelled and counted as timed
     out (the runner process of a hung agent is restarted)."""
@@ -190,6 +197,23 @@ class TrainConfig(_Frozen):
     trajectory_source: Literal["endpoint", "client"] = "endpoint"
     """``endpoint``: what the policy endpoint recorded it served (any client, streaming, helper LLMs
     never trained). ``client``: the agent's client-side OpenAI spans (``TracerTraceToTriplet``, as the original)."""
+    agent_match: str | None = None
+    """Train only the policy calls made inside an agent whose name this regular expression finds (``re.search``, as
+    Agent-lightning's ``TracerTraceToTriplet(agent_match=...)``): e.g. ``writer``, a LangGraph node. The other
+    calls are counted (``agent_match/calls_*``), never trained. Unset: every policy call, or the agent's
+    ``trained_agents``."""
+
+    @field_validator("agent_match")
+    @classmethod
+    def _agent_match_compiles(cls, value: str | None) -> str | None:
+        import re
+
+        try:
+            re.compile(value or "")
+        except re.error as error:
+            raise ValueError(f"{value!r} is not a regular expression: {error}") from None
+        return value
+
     max_empty_batches: int = Field(default=3, ge=0)
     """Consecutive batches without a trainable rollout that end the run with an error; 0 never stops."""
     wandb_project: str | None = None

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ from adapters.store_process import StoreProcess
 from adapters.store_server import project_store_server
 from adapters.store_workers import StoreWorkers
 from adapters.tinker_backend import SessionOutcome
+from adapters.transcripts import HtmlTranscriptLog
 from app.config import DEMO, TrainConfig
 from app.demo import task as demo_task
 from app.usecases.rollouts import RolloutOptions
@@ -347,7 +349,20 @@ def training_settings(
         warm_start=WarmStartSettings(steps=warm.steps, batch_size=warm.batch_size, learning_rate=warm.learning_rate),
         max_empty_batches=config.max_empty_batches,
         asynchronous=async_settings(config),
+        transcript_groups=config.transcript_groups,
     )
+
+
+def transcript_log(config: TrainConfig, renderer: renderers.Renderer) -> HtmlTranscriptLog | None:
+    """The run's transcript pages, decoded with the policy's tokenizer (special tokens kept), unless turned off."""
+    if not config.transcripts:
+        return None
+    tokenizer = renderer.tokenizer
+
+    def decode(tokens: Sequence[int]) -> str:
+        return str(tokenizer.decode(list(tokens), skip_special_tokens=False))
+
+    return HtmlTranscriptLog(config.log_path, decode)
 
 
 def async_settings(config: TrainConfig) -> AsyncSettings | None:
@@ -371,8 +386,28 @@ def trace_adapter(config: TrainConfig, client: agl.TraceToTripletBase | None = N
     ``client`` reads the agent's own spans (default ``TracerTraceToTriplet``; ``agl.Trainer``'s adapter).
     """
     if config.trajectory_source == "client":
-        return PolicyCallsOnly(client or agl.TracerTraceToTriplet(), EndpointConfig().model_name)
-    return EndpointTraceToTriplet()
+        inner = client or agl.TracerTraceToTriplet()
+        return PolicyCallsOnly(inner, EndpointConfig().model_name, agent_match=config.agent_match)
+    return EndpointTraceToTriplet(agent_match=config.agent_match)
+
+
+def with_trained_agents(config: TrainConfig, trained: str | None) -> TrainConfig:
+    """``agent_match`` from the agent's ``trained_agents`` (Agent-lightning's deprecated spelling of it) where the
+    config gives none; the config's wins where both are set."""
+    if not trained:
+        return config
+    if config.agent_match is not None:
+        if config.agent_match != trained:
+            logger.warning(
+                "agent_match=%r of the config wins over the agent's trained_agents=%r", config.agent_match, trained
+            )
+        return config
+    try:
+        re.compile(trained)
+    except re.error as error:
+        raise LaunchError(f"the agent's trained_agents {trained!r} is not a regular expression: {error}") from None
+    logger.info("agent_match=%r from the agent's trained_agents", trained)
+    return config.model_copy(update={"agent_match": trained})
 
 
 def runner_concurrency(config: TrainConfig) -> int | None:
@@ -395,24 +430,27 @@ class Run:
     """The Agent-lightning store the runners and the endpoint use (embedded or a client)."""
 
 
-def check_runner_agent(config: TrainConfig) -> None:
-    """The agent loads where the runners will run it: here, or in ``runner_python``'s environment (one probe)."""
+def check_runner_agent(config: TrainConfig) -> str | None:
+    """Load the agent where the runners will run it: here, or in ``runner_python``'s environment (one probe).
+
+    Returns its ``trained_agents`` (None when it has none)."""
     if config.runner_python is None:
         try:
-            load_agent(config.agent)
+            trained = getattr(load_agent(config.agent), "trained_agents", None)
         except ValueError as error:
             raise LaunchError(str(error)) from error
-        return
+        return trained if isinstance(trained, str) else None
     checked = check_runner_python(config.runner_python, config.agent, stock_runner=runner_concurrency(config) is None)
     if isinstance(checked, Failure):
         raise LaunchError(checked.failure())
+    return checked.unwrap().trained_agents
 
 
 @contextlib.asynccontextmanager
 async def open_run(config: TrainConfig) -> AsyncIterator[Run]:
     """Every part of a run, started in dependency order and stopped in reverse."""
     if config.n_runners > 0:
-        check_runner_agent(config)
+        config = with_trained_agents(config, check_runner_agent(config))
     train_tasks, test_tasks = split_tasks(config)
     async with open_store(config) as (store, url, token):
         if config.n_runners == 0:
@@ -508,6 +546,7 @@ async def open_run_on_store(
                 metrics=CookbookMetricsLog(ml_logger, config.log_path),
                 warm_start_data=[supervised_datum(chat, backend.renderer) for chat in chats],
                 rollout_log=JsonlRolloutLog(config.log_path) if config.save_rollouts else None,
+                transcripts=transcript_log(config, backend.renderer),
             )
             yield Run(parts=parts, endpoint=endpoint, renderer=backend.renderer, store=store)
     except Exception:

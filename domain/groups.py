@@ -42,6 +42,34 @@ class RolloutResult:
     """Why the loop ended it itself: ``queue_timeout``, ``run_timeout`` or ``runner_died`` ("" otherwise)."""
 
 
+@dataclass(frozen=True, slots=True)
+class ScoredGroup:
+    """One task group's rollouts as they ended, each with the GRPO advantage it trained with."""
+
+    results: tuple[RolloutResult, ...]
+    advantages: tuple[float | None, ...]
+    """Per result: its total reward minus the mean over the group's trained members (tinker-cookbook's
+    ``compute_advantages``, before any KL shaping); None for a member that did not train (excluded, in a
+    dropped or constant-reward group, or an evaluation's)."""
+
+    def __post_init__(self) -> None:
+        if len(self.results) != len(self.advantages):
+            raise ValueError("a scored group needs one advantage (or None) per result")
+
+    @classmethod
+    def untrained(cls, results: Sequence[RolloutResult]) -> ScoredGroup:
+        """Rollouts no member of which trained (an evaluation's)."""
+        return cls(tuple(results), (None,) * len(results))
+
+
+def centered_advantages(total_rewards_G: Sequence[float]) -> list[float]:
+    """GRPO advantages: each total reward minus the group's mean (tinker-cookbook's ``compute_advantages``)."""
+    if not total_rewards_G:
+        return []
+    mean = sum(total_rewards_G) / len(total_rewards_G)
+    return [reward - mean for reward in total_rewards_G]
+
+
 def is_trainable(result: RolloutResult, failed: FailedRolloutPolicy, reward: RewardPolicy) -> bool:
     """Whether this member may contribute a trajectory to training."""
     if result.trajectory.is_empty:

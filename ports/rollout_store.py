@@ -99,3 +99,7 @@ class TripletSource(Protocol[SpanT_contra]):
     """Turns one rollout's spans into ordered, still untrusted triplets."""
 
     def adapt(self, spans: Sequence[SpanT_contra]) -> Sequence[RawTriplet]: ...
+
+    def take_metrics(self) -> Mapping[str, float]:
+        """Counts of the calls it left out since the last call (e.g. other agents' calls under ``agent_match``)."""
+        ...

@@ -1,15 +1,21 @@
-"""Where a run leaves its trace on disk: checkpoint records, the KL reference, metrics and rollouts.
+"""Where a run leaves its trace on disk: checkpoint records, the KL reference, metrics, rollouts and transcripts.
 
-Checkpoint records follow tinker-cookbook's ``checkpoints.jsonl``; metrics its ``ml_log`` loggers.
+Checkpoint records follow tinker-cookbook's ``checkpoints.jsonl``; metrics its ``ml_log`` loggers;
+transcripts are HTML pages of decoded rollouts under ``log_path/transcripts``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Protocol
 
-from domain.groups import RolloutResult
+from domain.groups import RolloutResult, ScoredGroup
+
+TRANSCRIPTS_DIR = "transcripts"
+"""The folder of ``log_path`` that holds the transcript pages (``train-000003.html``, ``eval-000010.html``)
+and the ``index.html`` that ``agl-tinker report`` writes beside them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,4 +74,21 @@ class RolloutLog(Protocol):
 
     def append(self, batch: int, result: RolloutResult) -> None:
         """Record one finished rollout of dataset batch ``batch`` (its status, tokens, logprobs and rewards)."""
+        ...
+
+
+class TranscriptKind(StrEnum):
+    """What a transcript page shows (the first part of its file name)."""
+
+    TRAIN = "train"
+    """Some groups of a training batch (an asynchronous run's step), with their GRPO advantages."""
+    EVAL = "eval"
+    """An evaluation on the test set."""
+
+
+class TranscriptLog(Protocol):
+    """Readable pages of what the agent did: each rollout's turns decoded with the policy's tokenizer."""
+
+    def write(self, kind: TranscriptKind, index: int, groups: Sequence[ScoredGroup]) -> str:
+        """Write (or rewrite) the page of ``kind`` for batch ``index`` showing ``groups``; returns where it went."""
         ...

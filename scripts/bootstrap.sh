@@ -10,7 +10,7 @@ if [ ! -f "$stamp" ]; then
   # -qq: pip's errors only (its per-index warnings and progress are not the user's business).
   .venv/bin/python -m pip install -qq --upgrade pip
   # torch==2.13.0 (CPU build) is pinned in constraints.txt so pip never pulls a CUDA build.
-  .venv/bin/python -m pip install -qq -c constraints.txt -e '.[dev,lora,agents]'
+  .venv/bin/python -m pip install -qq -c constraints.txt -e '.[dev,lora,agents,langgraph]'
   rm -f .venv/.installed-*
   touch "$stamp"
   echo "agl-tinker: .venv is ready"

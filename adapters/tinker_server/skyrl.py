@@ -268,9 +268,11 @@ def main(argv: list[str] | None = None) -> int:
                 server.upstream_port = args.port
             stack.enter_context(server)
             print(f"Tinker API at {server.url} (SkyRL {SKYRL_VERSION}, base model {model}); logs in {workdir}")
-            print(f"train with: agl-tinker train policy.backend=tinker policy.base_url={server.url} "
-                  f"policy.base_model={model} policy.lora_rank={MAX_LORA_RANK} policy.train_unembed=false "
-                  "kl_penalty_coef=0")
+            print(
+                f"train with: agl-tinker train policy.backend=tinker policy.base_url={server.url} "
+                f"policy.base_model={model} policy.lora_rank={MAX_LORA_RANK} policy.train_unembed=false "
+                "kl_penalty_coef=0"
+            )
             print("Ctrl-C stops it", flush=True)
             signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
             try:

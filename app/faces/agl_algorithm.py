@@ -6,6 +6,9 @@ the algorithm opens the policy backend and endpoint on that store (``app.launch.
 and runs the same loop as ``agl-tinker train`` (``app.usecases.training.run_training``) on the datasets
 exactly as given: ``val_dataset`` is the test set, each task rolled out once; none, no evaluation.
 With ``trajectory_source=client`` the trainer's adapter reads the agent's spans (policy calls only).
+Its ``agent_match`` (``agl.Trainer(adapter=TracerTraceToTriplet(agent_match=...))``) selects the trained
+calls for either trajectory source where the config gives no ``agent_match`` (the config's wins). A
+``LitAgent``'s ``trained_agents`` is not read here: ``agl.Trainer.fit`` does not hand the agent over.
 
 Settings of the config that the trainer owns instead are not used here: ``store_url``,
 ``store_port``, ``n_runners``, ``agent``, ``tasks``, ``test_tasks``, ``test_split``.
@@ -15,18 +18,20 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from agentlightning import Algorithm, Dataset, FastAlgorithm, TraceToTripletBase
 
+from adapters.runner_entry import end_forked_children_with_this_process
 from app.config import TrainConfig
 from app.launch import Run, open_run_on_store
 from app.usecases.evaluation import all_task_groups, evaluate_task_groups
 from app.usecases.steps import TrainingHooks, TrainingSummary, evaluate
 from app.usecases.training import run_training
 
-__all__ = ["Tinker", "TinkerAlgorithm", "TinkerDryRun", "tasks_of"]
+__all__ = ["Tinker", "TinkerAlgorithm", "TinkerDryRun", "end_forked_children_with_this_process", "tasks_of"]
 
 logger = logging.getLogger(__name__)
 
@@ -38,12 +43,31 @@ def tasks_of(dataset: Dataset[Any] | None) -> list[Any]:
     return [dataset[i] for i in range(len(dataset))]
 
 
+def with_adapter_agent_match(config: TrainConfig, adapter: TraceToTripletBase) -> TrainConfig:
+    """``agent_match`` from the trainer's adapter (``TracerTraceToTriplet(agent_match=...)``) where the config has
+    none; the config's wins where both are set."""
+    given = getattr(adapter, "agent_match", None)
+    if not isinstance(given, str) or not given:
+        return config
+    if config.agent_match is not None:
+        if config.agent_match != given:
+            logger.warning("agent_match=%r of the config wins over the trainer adapter's %r", config.agent_match, given)
+        return config
+    try:
+        re.compile(given)
+    except re.error as error:
+        raise ValueError(f"the trainer adapter's agent_match {given!r} is not a regular expression: {error}") from None
+    logger.info("agent_match=%r from the trainer's adapter", given)
+    return config.model_copy(update={"agent_match": given})
+
+
 class _OnTrainerStore(Algorithm):
     """What both algorithms share: the run's parts on the trainer's store, adapter and proxy port."""
 
     def __init__(self, config: TrainConfig) -> None:
         super().__init__()
         self.config = config
+        end_forked_children_with_this_process()  # the trainer's runner processes end with it, even on SIGTERM
 
     def run_config(self) -> TrainConfig:
         """The config, with the trainer's ``llm_proxy`` port when the config names none."""
@@ -65,6 +89,7 @@ class _OnTrainerStore(Algorithm):
         if not train:
             raise ValueError(f"{type(self).__name__} needs tasks: pass train_dataset to agl.Trainer.fit or dev")
         adapter = self.trainer_adapter()
+        config = with_adapter_agent_match(config, adapter)
         async with open_run_on_store(config, self.get_store(), train, test, client_adapter=adapter) as run:
             yield run
 

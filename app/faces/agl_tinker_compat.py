@@ -15,8 +15,9 @@ What does not map, and what happens instead:
   ``log_path/tasks/{train,test}.jsonl`` (a ``TrainConfig`` names task files), so a rerun resumes on
   the same tasks; each task stays the JSON value it was (``"007"`` stays a string).
 * ``shuffle=False``, ``compute_post_kl``, ``enable_trace`` and ``llm_proxy_retry_attempts`` are
-  ignored with a warning; ``adapter_agent_match`` and ``load_checkpoint_path`` are refused
-  (a run resumes from its own ``log_path``). ``adapter_from_llm_proxy`` selects the
+  ignored with a warning; ``load_checkpoint_path`` is refused (a run resumes from its own
+  ``log_path``). ``adapter_agent_match`` becomes ``agent_match`` (only the calls of matching agents
+  train, whichever the trajectory source). ``adapter_from_llm_proxy`` selects the
   ``trajectory_source``: unset or ``True`` uses what the endpoint recorded it served (this project's
   default: any client, helper LLMs never trained); an explicit ``False`` reads the agent's
   client-side spans as the original's default did.
@@ -92,8 +93,6 @@ def Config(  # the original class name, so that its scripts run unchanged
     ``backend`` and ``overrides`` (``key=value`` settings of ``TrainConfig``, applied last) are new.
     Raises ``ValueError`` with one line when an argument cannot be honoured.
     """
-    if adapter_agent_match is not None:
-        raise ValueError("adapter_agent_match is not supported: give agl.Trainer(adapter=...) to TinkerAlgorithm")
     if load_checkpoint_path is not None:
         raise ValueError("load_checkpoint_path is not supported: a run resumes from the checkpoints in its log_path")
     for name, value in [
@@ -135,6 +134,7 @@ def Config(  # the original class name, so that its scripts run unchanged
         "n_runners": 0,
         "endpoint_port": llm_proxy_port,
         "trajectory_source": "client" if adapter_from_llm_proxy is False else "endpoint",
+        "agent_match": adapter_agent_match,
         **_dataset_settings(dataset_builder, Path(log_path)),
     }
     pairs = [f"{key}={json.dumps(value)}" for key, value in settings.items()]

@@ -90,13 +90,19 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from app.faces.report import write_report
+    from app.faces.report import write_report, write_transcript_index
 
-    match write_report(args.log_path, args.out):
+    report = write_report(args.log_path, args.out)
+    index = write_transcript_index(args.log_path)  # after the plot, which it shows
+    match report:
         case Success(path):
             print(f"wrote {path}")
+            if index is not None:
+                print(f"transcripts: {index}")
             return 0
         case Failure(message):
+            if index is not None:
+                print(f"transcripts: {index}")
             return _error(str(message), EXIT_RUNTIME)
     raise AssertionError("unreachable")
 
@@ -140,7 +146,9 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--checkpoint", help="a state path from checkpoints.jsonl (default: the run's last)")
     evaluate.set_defaults(run=_cmd_eval)
 
-    report = commands.add_parser("report", help="plot reward and loss curves of a run to a PNG")
+    report = commands.add_parser(
+        "report", help="plot reward and loss curves of a run to a PNG and list its transcript pages (index.html)"
+    )
     report.add_argument("log_path", nargs="?", default="runs/demo")
     report.add_argument("--out", help="PNG path (default: LOG_PATH/report.png)")
     report.set_defaults(run=_cmd_report)

@@ -24,7 +24,7 @@ from adapters.store_auth import STORE_TOKEN_ENV, store_token
 from adapters.store_server import project_store_server
 from adapters.tinker_backend import TinkerError
 from app.config import TrainConfig
-from app.faces.report import write_report
+from app.faces.report import write_report, write_transcript_index
 from app.launch import LaunchError, open_run, store_launcher_args, train
 from app.usecases.rollouts import NoRunners
 from app.usecases.steps import REWARD_KEY, NothingToTrain, TrainingHooks, evaluate
@@ -164,6 +164,9 @@ def run_training_with_progress(config: TrainConfig, *, write_plot: bool = True) 
     if write_plot:
         path = write_report(config.log_path).value_or(None)
         console.print(f"report: {path}" if path is not None else "report: no metrics to plot")
+    index = write_transcript_index(config.log_path)
+    if index is not None:
+        console.print(f"transcripts: {index}")
     return 0
 
 

@@ -51,12 +51,14 @@ from app.usecases.steps import (
     rollout_options,
     save_checkpoint,
     train_step,
+    write_transcript,
 )
 from domain.accounting import BatchAccount, missing_reward_warning
 from domain.staleness import StalenessPolicy, staleness_metrics, staleness_scaled_lr, steps_behind
 from domain.stats import mean_per_key
 from ports.policy import AdamParams, LogprobScorer, LossName, TrainingDatum
 from ports.rollout_store import SpanT
+from ports.run_log import TranscriptKind
 from ports.trajectory_groups import GroupT, MemberT, TaskGroupT
 
 logger = logging.getLogger(__name__)
@@ -233,6 +235,7 @@ async def run_async_training(
             metrics["async/groups_stale_dropped"] = float(dropped)
             metrics["async/groups_requeued"] = float(dropped if config.stale is StalenessPolicy.DISCARD else 0)
             groups = [g for item in taken for g in item.batch.groups]
+            await write_transcript(parts, TranscriptKind.TRAIN, step, [s for item in taken for s in item.batch.scored])
             behind = _steps_behind(taken, flow.version)
             metrics.update(staleness_metrics(behind))
             account = BatchAccount.merge([item.batch.account for item in taken])
@@ -269,6 +272,7 @@ async def run_async_training(
                     parts.trainer, parts.checkpoints, f"{done:06d}", done, frontier=flow.frontier, pending=pending
                 )
             metrics.update(parts.server.take_metrics())
+            metrics.update(parts.triplets.take_metrics())
             metrics["time/rollouts_idle"] = flow.take_idle()
             metrics["time/total"] = time.perf_counter() - t_start
             # Rollouts finished per second of this step (sync mode's figure is per second of sampling).

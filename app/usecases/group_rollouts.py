@@ -19,7 +19,15 @@ from typing import Generic
 
 from app.usecases.rollouts import OnResult, RolloutOptions, RolloutStats, run_rollouts
 from domain.accounting import BatchAccount
-from domain.groups import FailedRolloutPolicy, RolloutResult, group_metrics, is_trainable, nonconstant_group_indices
+from domain.groups import (
+    FailedRolloutPolicy,
+    RolloutResult,
+    ScoredGroup,
+    centered_advantages,
+    group_metrics,
+    is_trainable,
+    nonconstant_group_indices,
+)
 from ports.rollout_store import RolloutRequest, RolloutStore, SpanT, TripletSource
 from ports.trajectory_groups import GroupAssembler, GroupT, MemberT, TaskGroupT
 
@@ -44,6 +52,8 @@ class GroupedBatch(Generic[GroupT]):
     account: BatchAccount
     oldest_versions: list[int | None] = field(default_factory=list)
     """Per group in ``groups``: the oldest policy version that sampled its trajectories (None: not recorded)."""
+    scored: list[ScoredGroup] = field(default_factory=list)
+    """Every task group of the batch in input order, dropped ones included: its rollouts and their advantages."""
 
 
 async def rollout_groups(
@@ -92,9 +102,27 @@ async def rollout_groups(
         assembled = [assembled[i] for i in keep]
     kept = {i_group for i_group, _ in assembled}
     account = BatchAccount.of(results_PG, trainable_PG, [i in kept for i in range(len(task_groups_P))])
+    trained = {i_group: assembler.total_rewards(group) for i_group, group in assembled}
+    scored = [
+        _scored(results_G, trainable_G, trained.get(i_group))
+        for i_group, (results_G, trainable_G) in enumerate(zip(results_PG, trainable_PG, strict=True))
+    ]
     return GroupedBatch(
-        groups=[g for _, g in assembled], account=account, oldest_versions=[oldest[i] for i, _ in assembled]
+        groups=[g for _, g in assembled],
+        account=account,
+        oldest_versions=[oldest[i] for i, _ in assembled],
+        scored=scored,
     )
+
+
+def _scored(
+    results_G: Sequence[RolloutResult], trainable_G: Sequence[bool], total_rewards: Sequence[float] | None
+) -> ScoredGroup:
+    """The group's rollouts; its trained members (in order) with the advantages their group's totals give."""
+    if total_rewards is None or len(total_rewards) != sum(trainable_G):
+        return ScoredGroup.untrained(results_G)
+    advantages = iter(centered_advantages(total_rewards))
+    return ScoredGroup(tuple(results_G), tuple(next(advantages) if ok else None for ok in trainable_G))
 
 
 def _oldest_version(results: Iterable[RolloutResult]) -> int | None:

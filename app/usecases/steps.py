@@ -14,6 +14,7 @@ imports neither.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -23,14 +24,14 @@ from typing import Generic
 from app.usecases.evaluation import all_task_groups, evaluate_policy
 from app.usecases.rollouts import RolloutOptions
 from domain.accounting import MISSING_REWARD_CAUSES, BatchAccount
-from domain.groups import RolloutResult
+from domain.groups import RolloutResult, ScoredGroup
 from domain.metric_names import TEST_PREFIX, TRAIN_REWARD
 from domain.staleness import StalenessPolicy
 from domain.stats import mean_per_key
 from ports.policy import AdamParams, LogprobScorer, LossName, Trainer, TrainingDatum
 from ports.policy_endpoint import PolicyServer
 from ports.rollout_store import RolloutStore, SpanT, TripletSource
-from ports.run_log import Checkpoint, CheckpointLog, MetricsLog, RolloutLog
+from ports.run_log import Checkpoint, CheckpointLog, MetricsLog, RolloutLog, TranscriptKind, TranscriptLog
 from ports.training_data import KLPenalty, TrainingDataBuilder
 from ports.trajectory_groups import GroupAssembler, GroupT, MemberT, TaskBatches, TaskGroupT
 
@@ -97,6 +98,8 @@ class TrainingSettings:
     """Consecutive batches without a trainable rollout that end the run with an error; 0 never stops."""
     asynchronous: AsyncSettings | None = None
     """None: the synchronous on-policy loop."""
+    transcript_groups: int = 2
+    """Groups of each training batch (asynchronous: step) written to its transcript page; 0: no training pages."""
 
 
 class NothingToTrain(RuntimeError):
@@ -196,6 +199,9 @@ class TrainingParts(Generic[TaskGroupT, MemberT, GroupT, SpanT]):
     """Cross-entropy datums of the supervised warm start (none: no warm start)."""
     rollout_log: RolloutLog | None = None
     """Where every training rollout is written as rebuilt (none: nowhere)."""
+    transcripts: TranscriptLog | None = None
+    """Where each evaluation and the first ``transcript_groups`` groups of each batch are written as readable
+    pages (none: no pages)."""
 
 
 def total_batches(settings: TrainingSettings, n_batches: int) -> int:
@@ -250,7 +256,8 @@ async def evaluate(
     if parts.test_dataset is None:
         return {}
     settings = parts.settings
-    return await evaluate_policy(
+    scored: list[ScoredGroup] = []
+    metrics = await evaluate_policy(
         parts.server,
         settings.eval_temperature,
         all_task_groups(parts.test_dataset),
@@ -261,7 +268,31 @@ async def evaluate(
         assembler=parts.assembler,
         rollouts=rollout_options(parts),
         name=TEST_PREFIX.rstrip("/"),
+        on_groups=scored.extend,
     )
+    await write_transcript(parts, TranscriptKind.EVAL, i_batch, scored)
+    return metrics
+
+
+async def write_transcript(
+    parts: TrainingParts[TaskGroupT, MemberT, GroupT, SpanT],
+    kind: TranscriptKind,
+    index: int,
+    scored: Sequence[ScoredGroup],
+) -> None:
+    """The page of an evaluation, or of the first ``transcript_groups`` groups of a training batch, if the run
+    writes pages. Rendered off the event loop (decoding takes a while; the endpoint serves meanwhile); a page
+    that cannot be written is a warning, never the end of the run."""
+    if parts.transcripts is None:
+        return
+    if kind is TranscriptKind.TRAIN:
+        scored = scored[: max(0, parts.settings.transcript_groups)]
+    if not scored:
+        return
+    try:
+        await asyncio.to_thread(parts.transcripts.write, kind, index, list(scored))
+    except Exception as error:  # a page is a convenience: training goes on without it
+        logger.warning("transcript %s %d not written: %s: %s", kind.value, index, type(error).__name__, error)
 
 
 async def train_step(
@@ -271,7 +302,12 @@ async def train_step(
     groups_P: Sequence[GroupT],
     reference: LogprobScorer | None = None,
 ) -> tuple[list[TrainingDatum], dict[str, float]]:
-    """Datums, then ``num_substeps`` forward-backward + optimizer steps; returns the datums and metrics."""
+    """Datums, then ``num_substeps`` forward-backward + optimizer steps; returns the datums and metrics.
+
+    The sampler-trainer KL (``optim/kl_sample_train_v1``/``v2``) compares the datums' sampling logprobs with
+    the training logprobs every forward-backward returns, over all substeps as the cookbook's ``train_step``
+    gathers them: the first substep's are on-policy, later ones come after this step's earlier updates.
+    """
     data_D, metrics = await data.rl_data(groups_P, settings.kl, reference)
     step_metrics: list[dict[str, float]] = []
     training_logprobs_D: list[tuple[float, ...]] = []

@@ -38,9 +38,11 @@ from app.usecases.steps import (
     rollout_options,
     save_checkpoint,
     train_step,
+    write_transcript,
 )
 from domain.accounting import missing_reward_warning
 from ports.rollout_store import SpanT
+from ports.run_log import TranscriptKind
 from ports.trajectory_groups import GroupT, MemberT, TaskGroupT
 
 logger = logging.getLogger(__name__)
@@ -107,6 +109,7 @@ async def run_training(
         metrics["rollouts/per_s"] = n_rollouts / max(metrics["time/sample"], 1e-9)
         metrics["rollouts/store_calls_per_rollout"] = stats.store_calls / max(n_rollouts, 1)
         groups_P, account = batch.groups, batch.account
+        await write_transcript(parts, TranscriptKind.TRAIN, i_batch, batch.scored)
         metrics.update(account.metrics())
         if groups_P:  # an empty batch has no reward: logging 0.0 would read as a bad policy
             metrics.update(parts.assembler.batch_metrics(groups_P, task_groups_P))
@@ -129,6 +132,7 @@ async def run_training(
         if not stop and checkpoint_due(settings, done, n_batches):
             await save_checkpoint(parts.trainer, parts.checkpoints, f"{done:06d}", done)
         metrics.update(parts.server.take_metrics())
+        metrics.update(parts.triplets.take_metrics())
         metrics["time/total"] = time.perf_counter() - t_start
         end_step(parts, hooks, empty, i_batch, metrics, stop)
 

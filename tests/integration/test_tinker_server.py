@@ -20,6 +20,7 @@ import pytest
 
 from adapters.tinker_backend import TinkerConfig, TinkerError, TinkerTrainer, TinkerUnavailable
 from adapters.tinker_server.skyrl import SkyrlServer, find_python312, free_port, healthy, install, tiny_model_dir
+from domain.metric_names import KL_SAMPLE_TRAIN_V1, KL_SAMPLE_TRAIN_V2
 from ports.policy import AdamParams, LossName, SamplingParams, TrainingDatum
 from tests.support.cli import cli as run_cli
 from tests.support.cli import cli_env
@@ -97,6 +98,12 @@ def test_train_resume_on_a_fresh_client_and_extend_through_the_server(
     losses = [m["optim/loss:sum"] for m in metrics_lines(run) if "optim/loss:sum" in m]
     assert len(losses) == 3 and all(math.isfinite(x) for x in losses)
     assert "loss      nan" not in first.stderr + second.stderr
+    # The sampler-trainer KL of every batch: SkyRL's forward_backward returns the per-token training logprobs.
+    batches = [m for m in metrics_lines(run) if "progress/batch" in m]
+    assert all({KL_SAMPLE_TRAIN_V1, KL_SAMPLE_TRAIN_V2} <= m.keys() for m in batches), batches
+    assert all(math.isfinite(m[KL_SAMPLE_TRAIN_V1]) and m[KL_SAMPLE_TRAIN_V2] >= 0 for m in batches), batches
+    # SkyRL samples and trains the tiny model in one JAX engine on the CPU: measured |v1| <= 2e-8, v2 <= 6e-14.
+    assert all(abs(m[KL_SAMPLE_TRAIN_V1]) < 1e-3 for m in batches), batches
     last = json.loads((run / "checkpoints.jsonl").read_text().splitlines()[-1])
     assert last["final"] and last["batch"] == 3
     assert last["state_path"].split("/")[2] != records[-1]["state_path"].split("/")[2]  # a new training run

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from returns.result import Failure
 
 from app.faces.report import read_curves, write_report
@@ -38,6 +39,26 @@ def test_write_report_makes_a_png(tmp_path: Path) -> None:
     path = write_report(tmp_path).unwrap()
     assert path == tmp_path / "report.png"
     assert path.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_sampler_trainer_kl_is_read_and_drawn_in_a_panel_of_its_own(tmp_path: Path) -> None:
+    rows: list[dict[str, object]] = [
+        {"step": i, "env/all/reward/total": i / 10, "optim/loss:sum": 0.0, "optim/entropy": 1.0} for i in range(4)
+    ]
+    for i, row in enumerate(rows[1:], start=1):  # batch 0 logged no KL (nothing trainable)
+        row |= {"optim/kl_sample_train_v1": (-1) ** i * 1e-8, "optim/kl_sample_train_v2": 0.05 * i}
+    write_metrics(tmp_path, rows)
+    curves = read_curves(tmp_path / "metrics.jsonl").unwrap()
+    assert curves.kl_v1 == [(1, -1e-8), (2, 1e-8), (3, -1e-8)]
+    assert curves.kl_v2 == [(1, 0.05), (2, 0.1), (3, pytest.approx(0.15))]
+    with_kl = write_report(tmp_path).unwrap()
+    write_metrics(tmp_path, [{k: v for k, v in r.items() if "kl_sample_train" not in k} for r in rows])
+    without = write_report(tmp_path, tmp_path / "without.png").unwrap()
+    assert png_height(with_kl) > png_height(without)  # the KL panel is a third row; runs without it keep two
+
+
+def png_height(path: Path) -> int:
+    return int.from_bytes(path.read_bytes()[20:24], "big")  # IHDR: width at 16, height at 20
 
 
 def test_missing_empty_or_broken_metrics_are_clear_failures(tmp_path: Path) -> None:
