@@ -391,23 +391,32 @@ def trace_adapter(config: TrainConfig, client: agl.TraceToTripletBase | None = N
     return EndpointTraceToTriplet(agent_match=config.agent_match)
 
 
-def with_trained_agents(config: TrainConfig, trained: str | None) -> TrainConfig:
-    """``agent_match`` from the agent's ``trained_agents`` (Agent-lightning's deprecated spelling of it) where the
-    config gives none; the config's wins where both are set."""
-    if not trained:
+def agent_match_from(config: TrainConfig, given: str | None, *, source: str, shown: str) -> TrainConfig:
+    """``agent_match`` from ``source`` (e.g. the agent's ``trained_agents``) where the config gives none; the
+    config's wins where both are set (``shown``: how the warning names the other value). ``ValueError`` when
+    ``given`` is not a regular expression."""
+    if not given:
         return config
     if config.agent_match is not None:
-        if config.agent_match != trained:
-            logger.warning(
-                "agent_match=%r of the config wins over the agent's trained_agents=%r", config.agent_match, trained
-            )
+        if config.agent_match != given:
+            logger.warning("agent_match=%r of the config wins over %s", config.agent_match, shown)
         return config
     try:
-        re.compile(trained)
+        re.compile(given)
     except re.error as error:
-        raise LaunchError(f"the agent's trained_agents {trained!r} is not a regular expression: {error}") from None
-    logger.info("agent_match=%r from the agent's trained_agents", trained)
-    return config.model_copy(update={"agent_match": trained})
+        raise ValueError(f"{source} {given!r} is not a regular expression: {error}") from None
+    logger.info("agent_match=%r from %s", given, source)
+    return config.model_copy(update={"agent_match": given})
+
+
+def with_trained_agents(config: TrainConfig, trained: str | None) -> TrainConfig:
+    """``agent_match`` from the agent's ``trained_agents`` (Agent-lightning's deprecated spelling of it)."""
+    try:
+        return agent_match_from(
+            config, trained, source="the agent's trained_agents", shown=f"the agent's trained_agents={trained!r}"
+        )
+    except ValueError as error:
+        raise LaunchError(str(error)) from None
 
 
 def runner_concurrency(config: TrainConfig) -> int | None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -26,7 +25,7 @@ from agentlightning import Algorithm, Dataset, FastAlgorithm, TraceToTripletBase
 
 from adapters.runner_entry import end_forked_children_with_this_process
 from app.config import TrainConfig
-from app.launch import Run, open_run_on_store
+from app.launch import Run, agent_match_from, open_run_on_store
 from app.usecases.evaluation import all_task_groups, evaluate_task_groups
 from app.usecases.steps import TrainingHooks, TrainingSummary, evaluate
 from app.usecases.training import run_training
@@ -47,18 +46,11 @@ def with_adapter_agent_match(config: TrainConfig, adapter: TraceToTripletBase) -
     """``agent_match`` from the trainer's adapter (``TracerTraceToTriplet(agent_match=...)``) where the config has
     none; the config's wins where both are set."""
     given = getattr(adapter, "agent_match", None)
-    if not isinstance(given, str) or not given:
+    if not isinstance(given, str):
         return config
-    if config.agent_match is not None:
-        if config.agent_match != given:
-            logger.warning("agent_match=%r of the config wins over the trainer adapter's %r", config.agent_match, given)
-        return config
-    try:
-        re.compile(given)
-    except re.error as error:
-        raise ValueError(f"the trainer adapter's agent_match {given!r} is not a regular expression: {error}") from None
-    logger.info("agent_match=%r from the trainer's adapter", given)
-    return config.model_copy(update={"agent_match": given})
+    return agent_match_from(
+        config, given, source="the trainer adapter's agent_match", shown=f"the trainer adapter's {given!r}"
+    )
 
 
 class _OnTrainerStore(Algorithm):
