@@ -40,8 +40,8 @@ class PolicyConfig(_Frozen):
     lora_rank: int = Field(default=0, ge=0)
     """0 trains all weights (local only); tinker trains LoRA adapters and needs a rank."""
     train_unembed: bool = True
-    """tinker: LoRA on the output layer too (Tinker's default); SkyRL's server cannot, so set it false there.
-    The local backend's LoRA adapts every linear layer but the output layer, whatever this says."""
+    """LoRA on the output layer too (Tinker's default; the local backend follows it); SkyRL's server cannot, so set
+    it false there."""
     num_threads: int | None = Field(default=None, ge=1)
     """local: torch threads; unset leaves one core for the event loop."""
     unreachable_after_s: float = Field(default=120.0, ge=0)
@@ -115,6 +115,12 @@ class TrainConfig(_Frozen):
     """``async.enabled=true``: rollouts keep running while the trainer steps (bounded staleness)."""
 
     learning_rate: float = Field(default=1e-2, gt=0)
+    """Adam's rate, as given to the backend, LoRA or not. tinker-cookbook gives LoRA ten times the full fine-tuning
+    rate of a pretrained model (``hyperparam_utils.get_lora_lr_over_full_finetune_lr``); on the tiny demo model
+    that factor makes LoRA collapse (bench/README.md, the demo per seed), so the default is the same for both."""
+    lr_schedule: Literal["constant", "linear", "cosine"] = "linear"
+    """How the rate changes over the run's batches (tinker-cookbook's ``lr_scheduling``): ``linear`` decays it to
+    zero by the last batch, so late batches refine instead of undoing what was learned."""
     batch_size: int = Field(default=10, ge=1)
     """Groups (tasks) per batch; the demo's 10 words make each batch hold every word once."""
     group_size: int = Field(default=8, ge=1)

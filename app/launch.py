@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import re
@@ -32,6 +33,7 @@ from tinker_cookbook.renderers import get_renderer
 from tinker_cookbook.rl.types import TrajectoryGroup
 from tinker_cookbook.tokenizer_utils import get_tokenizer
 from tinker_cookbook.utils import ml_log
+from tinker_cookbook.utils.lr_scheduling import compute_schedule_lr_multiplier
 
 from adapters.agl_runners import RunnerProcesses, load_agent
 from adapters.agl_store import AglRolloutStore, AglTripletSource, OutagePolicy
@@ -138,6 +140,7 @@ async def open_backend(config: TrainConfig) -> Backend:
         trainer = LocalTrainer(
             model_dir,
             lora_rank=policy.lora_rank,
+            train_unembed=policy.train_unembed,
             seed=config.seed,
             checkpoint_dir=Path(config.log_path) / "checkpoints",
             num_threads=policy.num_threads,
@@ -350,6 +353,11 @@ def training_settings(
         max_empty_batches=config.max_empty_batches,
         asynchronous=async_settings(config),
         transcript_groups=config.transcript_groups,
+        lr_schedule=(
+            None
+            if config.lr_schedule == "constant"
+            else functools.partial(compute_schedule_lr_multiplier, config.lr_schedule)
+        ),
     )
 
 

@@ -10,6 +10,13 @@ second overall and the median over batches of the rollout phase alone (``rollout
 this (trainer) process's CPU per rollout, the tiny model's sampling and training included.
 
     .venv/bin/python bench/bench_demo.py [--target 0.9] [--max-batches 150] [key=value ...]
+
+With ``--seeds``, the demo as ``scripts/demo.sh`` runs it (every batch, no target unless one is given) once per
+seed with full fine-tuning and once with LoRA (``--lora-rank``, the rate left to its LoRA default), side by side:
+a markdown table of each run's last and best test reward and wall time. ``--loop direct`` runs the direct loop
+instead (about twice as fast; the same learning, to try settings before the pipeline confirms them).
+
+    .venv/bin/python bench/bench_demo.py --seeds 0,1,2,3,4 [--lora-rank 32] [--loop direct] [key=value ...]
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +62,8 @@ class Outcome:
     rollouts: int
     reward_before: float
     reward_after: float
+    best: float = 0.0
+    """The highest test reward of any evaluation."""
     cpu_s: float = 0.0
     """This (trainer) process's CPU over the run: sampling and training of the tiny model included."""
     sampling_rates: list[float] = field(default_factory=list)
@@ -99,7 +108,13 @@ async def direct(config: TrainConfig) -> Outcome:
     """The same learning with the sampler called in process: no store, runner, proxy or tracer."""
     dataset, test = await build_datasets(config)
     model_dir = local_model_dir(config)
-    trainer = LocalTrainer(model_dir, seed=config.seed, num_threads=config.policy.num_threads)
+    trainer = LocalTrainer(
+        model_dir,
+        lora_rank=config.policy.lora_rank,
+        train_unembed=config.policy.train_unembed,
+        seed=config.seed,
+        num_threads=config.policy.num_threads,
+    )
     renderer = get_renderer(config.policy.renderer_name, get_tokenizer(str(model_dir)))
     stops = tuple(int(t) for t in renderer.get_stop_sequences())
     train_params = SamplingParams(config.max_tokens, config.train_temperature, config.top_k, config.top_p, stops)
@@ -116,12 +131,13 @@ async def direct(config: TrainConfig) -> Outcome:
     await warm_start(trainer, warm_data, settings.warm_start, lambda _m: None)
     sampler = await trainer.sampler("direct-0")
     reference = sampler if config.kl_penalty_coef > 0 else None
-    before = after = await evaluate(sampler)
+    before = after = best = await evaluate(sampler)
     n_batches = min(len(dataset), config.max_batches or len(dataset))
     done = 0
     for i_batch in range(n_batches):
         if config.eval_every and i_batch % config.eval_every == 0 and i_batch > 0:
             after = await evaluate(sampler)
+            best = max(best, after)
             if config.target_test_reward is not None and after >= config.target_test_reward:
                 break
         builders = dataset.get_batch(i_batch)
@@ -140,25 +156,64 @@ async def direct(config: TrainConfig) -> Outcome:
             )
             for group in samples
         ]
-        await train_step(trainer, CookbookTrainingData(), settings, groups, reference)
+        step_settings = replace(settings, learning_rate=settings.rate_at(i_batch, n_batches))
+        await train_step(trainer, CookbookTrainingData(), step_settings, groups, reference)
         sampler = await trainer.sampler(f"direct-{i_batch + 1}")
         done = i_batch + 1
     else:
         after = await evaluate(sampler)
+        best = max(best, after)
     seconds = time.perf_counter() - started
     trainer.close()
     cpu_s = time.process_time() - cpu
-    return Outcome(seconds, done, done * config.batch_size * config.group_size, before, after, cpu_s)
+    return Outcome(seconds, done, done * config.batch_size * config.group_size, before, after, best, cpu_s)
+
+
+def seed_table(seeds: list[int], lora_rank: int, loop: str, overrides: list[str], workdir: Path, only: str) -> None:
+    """One row a seed: the demo with full fine-tuning and with LoRA, each run to its end."""
+    run = pipeline if loop == "pipeline" else direct
+    modes = {"full": [], f"LoRA {lora_rank}": [f"policy.lora_rank={lora_rank}"]}
+    modes = {m: extra for m, extra in modes.items() if only in ("both", m.split()[0].lower())}
+    print(f"the demo per seed ({loop} loop; overrides: {' '.join(overrides) or 'none'})")
+    print("| seed | " + " | ".join(f"{m}: last (best) | {m}: time" for m in modes) + " |")
+    print("|---|" + "---|---|" * len(modes))
+    lasts: dict[str, list[float]] = {m: [] for m in modes}
+    for seed in seeds:
+        cells = []
+        for mode, extra in modes.items():
+            log_path = workdir / f"{mode.split()[0]}-{seed}"
+            config = load_config(None, [f"log_path={log_path}", f"seed={seed}", *extra, *overrides]).unwrap()
+            outcome = asyncio.run(run(config))
+            lasts[mode].append(outcome.reward_after)
+            cells.append(f"{outcome.reward_after:.2f} ({outcome.best:.2f}) | {outcome.seconds:.0f} s")
+        print(f"| {seed} | " + " | ".join(cells) + " |", flush=True)
+    for mode, values in lasts.items():
+        print(
+            f"{mode}: last test reward >= 0.9 in {sum(v >= 0.9 for v in values)} of {len(values)} seeds, "
+            f">= 0.8 in {sum(v >= 0.8 for v in values)}; mean {statistics.mean(values):.2f}"
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--target", type=float, default=0.9)
-    parser.add_argument("--max-batches", type=int, default=150)
+    parser.add_argument("--target", type=float, default=None, help="stop here (default 0.9; none with --seeds)")
+    parser.add_argument("--max-batches", type=int, default=None, help="default 150, the demo's own with --seeds")
+    parser.add_argument("--seeds", help="comma-separated seeds: a table of full fine-tuning and LoRA side by side")
+    parser.add_argument("--lora-rank", type=int, default=32)
+    parser.add_argument("--loop", choices=("pipeline", "direct"), default="pipeline", help="with --seeds")
+    parser.add_argument("--only", choices=("both", "full", "lora"), default="both", help="with --seeds")
     parser.add_argument("overrides", nargs="*", help="config overrides, e.g. n_runners=4")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="bench-demo-"))
     try:
+        if args.seeds:
+            limits = [f"target_test_reward={args.target}"] if args.target is not None else []
+            limits += [f"max_batches={args.max_batches}"] if args.max_batches is not None else []
+            seeds = [int(s) for s in args.seeds.split(",")]
+            seed_table(seeds, args.lora_rank, args.loop, [*limits, *args.overrides], workdir, args.only)
+            return
+        args.target = 0.9 if args.target is None else args.target
+        args.max_batches = 150 if args.max_batches is None else args.max_batches
         overrides = [f"target_test_reward={args.target}", f"max_batches={args.max_batches}", *args.overrides]
         cfg_pipeline = load_config(None, [f"log_path={workdir / 'pipeline'}", *overrides]).unwrap()
         cfg_direct = load_config(None, [f"log_path={workdir / 'direct'}", *overrides]).unwrap()

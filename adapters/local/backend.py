@@ -39,7 +39,8 @@ _META = "state.json"
 
 
 class LocalTrainer:
-    """A trainable policy held in this process (full fine-tuning, or LoRA with ``lora_rank > 0``)."""
+    """A trainable policy held in this process (full fine-tuning, or LoRA with ``lora_rank > 0``: Tinker's alpha,
+    on the output layer too unless ``train_unembed`` is false, as on the service)."""
 
     def __init__(
         self,
@@ -47,7 +48,7 @@ class LocalTrainer:
         *,
         dtype: torch.dtype = torch.float32,
         lora_rank: int = 0,
-        lora_alpha: int | None = None,
+        train_unembed: bool = True,
         seed: int = 0,
         checkpoint_dir: str | Path | None = None,
         num_threads: int | None = None,
@@ -66,7 +67,7 @@ class LocalTrainer:
         self._tokenizer = load_tokenizer(self._path)
         model = load_model(self._path, dtype)
         if lora_rank > 0:
-            model = add_lora(model, lora_rank, lora_alpha, seed)
+            model = add_lora(model, lora_rank, seed, unembed=train_unembed)
         # Dropout stays off (eval mode) so training-forward logprobs equal the sampler's; gradients still flow.
         cast(torch.nn.Module, model).eval()
         self._model = model

@@ -115,8 +115,15 @@ def build_tiny_model(
     intermediate_size: int = 128,
     vocab_size: int = 768,
     max_position_embeddings: int = 4096,
+    embedding_std: float = 0.08,
 ) -> Path:
-    """Write a tiny, randomly initialised Qwen3 model plus tokenizer to ``out_dir``; returns it."""
+    """Write a tiny, randomly initialised Qwen3 model plus tokenizer to ``out_dir``; returns it.
+
+    The (tied) embeddings start at ``embedding_std``, four times the other weights' 0.02: with 0.02 a token's
+    logit can never stand far above the others' without training the embeddings themselves, which LoRA never
+    does, so LoRA could not learn; the larger scale is closer to a pretrained model's, and full fine-tuning
+    learns the demo more reliably on it too (bench/README.md, the demo per seed).
+    """
     import torch
     from transformers import Qwen3Config
 
@@ -142,6 +149,8 @@ def build_tiny_model(
     torch.manual_seed(seed)
     try:
         model = _new_model(config)
+        with torch.no_grad():
+            cast(torch.nn.Embedding, model.get_input_embeddings()).weight.mul_(embedding_std / config.initializer_range)
     finally:
         torch.random.set_rng_state(generator_state)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -211,7 +211,7 @@ async def run_async_training(
             metrics: dict[str, float] = {
                 "progress/batch": float(step),
                 "progress/done_frac": (step + 1) / n_batches,
-                "optim/lr": settings.learning_rate,
+                "optim/lr": settings.rate_at(step, n_batches),
                 "async/rollouts_running": float(flow.running),
             }
             if settings.eval_every > 0 and step % settings.eval_every == 0:
@@ -226,7 +226,9 @@ async def run_async_training(
             t_wait = time.perf_counter()
             streamed: _Streamed[TaskGroupT, GroupT] | None = None
             if config.num_minibatches > 1:
-                streamed = await _stream_train(parts, config, groups_per_step, take, reference, flow.version)
+                streamed = await _stream_train(
+                    parts, config, groups_per_step, take, reference, flow.version, settings.rate_at(step, n_batches)
+                )
                 taken, dropped = streamed.taken, streamed.dropped
                 metrics["time/trainer_idle"] = streamed.waited_s
             else:
@@ -250,7 +252,7 @@ async def run_async_training(
             if streamed is not None:
                 metrics.update(streamed.metrics)
             elif groups:
-                lr = _learning_rate(settings.learning_rate, config, behind)
+                lr = _learning_rate(settings.rate_at(step, n_batches), config, behind)
                 step_settings = replace(settings, learning_rate=lr)
                 _data, train_metrics = await train_step(parts.trainer, parts.data, step_settings, groups, reference)
                 metrics.update(train_metrics)
@@ -306,6 +308,7 @@ async def _stream_train(
     take: Callable[[int], Awaitable[tuple[list[_Finished[TaskGroupT, GroupT]], int]]],
     reference: LogprobScorer | None,
     version: int,
+    rate: float,
 ) -> _Streamed[TaskGroupT, GroupT]:
     """The cookbook's stream minibatch: each substep's groups in ``num_minibatches`` equal parts, each part
     forward-backward'ed as soon as its groups are in, then one optimizer step for the substep.
@@ -348,7 +351,7 @@ async def _stream_train(
             trained += time.perf_counter() - t_train
         if passes:
             t_train = time.perf_counter()
-            lr = _learning_rate(settings.learning_rate, config, _steps_behind(substep_items, version))
+            lr = _learning_rate(rate, config, _steps_behind(substep_items, version))
             rates.append(lr)
             optim = await parts.trainer.optim_step(AdamParams(learning_rate=lr))
             substeps.append({f"optim/{k}": v for k, v in {**_sum_passes(passes), **optim}.items()})

@@ -98,6 +98,16 @@ class TrainingSettings:
     """Consecutive batches without a trainable rollout that end the run with an error; 0 never stops."""
     asynchronous: AsyncSettings | None = None
     """None: the synchronous on-policy loop."""
+    lr_schedule: Callable[[int, int], float] | None = None
+    """The multiplier of ``learning_rate`` at step ``i`` of ``n`` (the cookbook's schedules, bound in ``app.launch``);
+    None: constant."""
+
+    def rate_at(self, step: int, n_steps: int) -> float:
+        """The learning rate of step ``step`` of a run of ``n_steps``."""
+        if self.lr_schedule is None:
+            return self.learning_rate
+        return self.learning_rate * self.lr_schedule(step, n_steps)
+
     transcript_groups: int = 2
     """Groups of each training batch (asynchronous: step) written to its transcript page; 0: no training pages."""
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 
 from app.usecases.async_training import run_async_training
 from app.usecases.group_rollouts import GroupRolloutOptions, rollout_groups
@@ -75,7 +76,7 @@ async def run_training(
         metrics: dict[str, float] = {
             "progress/batch": float(i_batch),
             "progress/done_frac": (i_batch + 1) / n_batches,
-            "optim/lr": settings.learning_rate,
+            "optim/lr": settings.rate_at(i_batch, n_batches),
         }
         resources_id = await parts.store.add_resources({"main_llm": parts.server.as_resource()})
         if settings.eval_every > 0 and i_batch % settings.eval_every == 0:
@@ -119,7 +120,8 @@ async def run_training(
 
         t_train = time.perf_counter()
         if groups_P:
-            _data, train_metrics = await train_step(parts.trainer, parts.data, settings, groups_P, reference)
+            step_settings = replace(settings, learning_rate=settings.rate_at(i_batch, n_batches))
+            _data, train_metrics = await train_step(parts.trainer, parts.data, step_settings, groups_P, reference)
             metrics.update(train_metrics)
             parts.server.set_sampler(await parts.trainer.sampler(f"batch-{i_batch + 1:06d}"))
         elif not account.has_trainable:

@@ -348,12 +348,15 @@ async def test_save_and_load_state_reproduce_weights_and_optimizer(tiny_model: P
     assert after_second.logprobs_D == after_first.logprobs_D
 
 
-async def test_lora_trains_only_the_adapters(tiny_model: Path) -> None:
-    trainer = LocalTrainer(tiny_model, lora_rank=4)
+@pytest.mark.parametrize("unembed", [True, False])
+async def test_lora_trains_only_the_adapters(tiny_model: Path, unembed: bool) -> None:
+    """With the output layer adapted too (tied to the input embeddings), the sampler's merged copy still matches."""
+    trainer = LocalTrainer(tiny_model, lora_rank=4, train_unembed=unembed)
     named = dict(trainer.model.named_parameters())
     before = {k: v.detach().clone() for k, v in named.items()}
     trainable = {k for k, v in named.items() if v.requires_grad}
     assert trainable and all("lora_" in k for k in trainable)
+    assert any("lm_head" in k for k in trainable) == unembed
 
     sampler = await trainer.sampler("s0")
     prompt = chat_prompt(trainer, "lora")
