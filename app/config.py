@@ -118,9 +118,10 @@ class TrainConfig(_Frozen):
     """Adam's rate, as given to the backend, LoRA or not. tinker-cookbook gives LoRA ten times the full fine-tuning
     rate of a pretrained model (``hyperparam_utils.get_lora_lr_over_full_finetune_lr``); on the tiny demo model
     that factor makes LoRA collapse (bench/README.md, the demo per seed), so the default is the same for both."""
-    lr_schedule: Literal["constant", "linear", "cosine"] = "linear"
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
     """How the rate changes over the run's batches (tinker-cookbook's ``lr_scheduling``): ``linear`` decays it to
-    zero by the last batch, so late batches refine instead of undoing what was learned."""
+    zero by the last batch, so late batches refine instead of undoing what was learned (``scripts/demo.sh`` uses
+    it: the demo's mean final test reward over five seeds went 0.82 -> 0.88)."""
     batch_size: int = Field(default=10, ge=1)
     """Groups (tasks) per batch; the demo's 10 words make each batch hold every word once."""
     group_size: int = Field(default=8, ge=1)

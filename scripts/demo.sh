@@ -6,4 +6,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 export LITELLM_LOCAL_MODEL_COST_MAP=True TINKER_TELEMETRY=0
-exec .venv/bin/agl-tinker train "log_path=runs/demo-$(date +%Y%m%d-%H%M%S)" "$@"
+exec .venv/bin/agl-tinker train "log_path=runs/demo-$(date +%Y%m%d-%H%M%S)" lr_schedule=linear "$@"
