@@ -35,22 +35,22 @@ from tinker_cookbook.tokenizer_utils import get_tokenizer
 from tinker_cookbook.utils import ml_log
 from tinker_cookbook.utils.lr_scheduling import compute_schedule_lr_multiplier
 
-from adapters.agl_runners import RunnerProcesses, load_agent
-from adapters.agl_store import AglRolloutStore, AglTripletSource, OutagePolicy
-from adapters.client_triplets import PolicyCallsOnly
-from adapters.cookbook_env import AGLDataset, AGLDummyEnv, AGLDummyEnvGroupBuilder, read_task_file
-from adapters.cookbook_groups import CookbookGroups
-from adapters.cookbook_training import CookbookTrainingData, supervised_datum
-from adapters.endpoint import EndpointConfig, PolicyEndpoint
-from adapters.endpoint_triplets import EndpointTraceToTriplet
-from adapters.run_log import CookbookMetricsLog, JsonlCheckpointLog, JsonlRolloutLog
-from adapters.runner_env import check_runner_python
-from adapters.store_auth import STORE_TOKEN_ENV, TokenStoreClient, store_token
-from adapters.store_process import StoreProcess
-from adapters.store_server import project_store_server
-from adapters.store_workers import StoreWorkers
-from adapters.tinker_backend import SessionOutcome
-from adapters.transcripts import HtmlTranscriptLog
+from adapters.agl.auth import STORE_TOKEN_ENV, TokenStoreClient, store_token
+from adapters.agl.client_triplets import PolicyCallsOnly
+from adapters.agl.server import project_store_server
+from adapters.agl.store import AglRolloutStore, AglTripletSource, OutagePolicy
+from adapters.agl.store_process import StoreProcess
+from adapters.agl.workers import StoreWorkers
+from adapters.cookbook.env import AGLDataset, AGLDummyEnv, AGLDummyEnvGroupBuilder, read_task_file
+from adapters.cookbook.groups import CookbookGroups
+from adapters.cookbook.training import CookbookTrainingData, supervised_datum
+from adapters.endpoint.policy_endpoint import EndpointConfig, PolicyEndpoint
+from adapters.endpoint.triplets import EndpointTraceToTriplet
+from adapters.files.run_log import CookbookMetricsLog, JsonlCheckpointLog, JsonlRolloutLog
+from adapters.files.transcripts import HtmlTranscriptLog
+from adapters.runner.env_check import check_runner_python
+from adapters.runner.processes import RunnerProcesses, load_agent
+from adapters.tinker.backend import SessionOutcome
 from app.config import DEMO, TrainConfig
 from app.demo import task as demo_task
 from app.usecases.rollouts import RolloutOptions
@@ -151,7 +151,7 @@ async def open_backend(config: TrainConfig) -> Backend:
             trainer.close()
 
         return Backend(trainer=trainer, renderer=renderer, close=close_local, context_length=_context_length(model_dir))
-    from adapters.tinker_backend import TinkerConfig, TinkerTrainer
+    from adapters.tinker.backend import TinkerConfig, TinkerTrainer
 
     assert policy.base_model is not None  # checked by PolicyConfig
     tinker_trainer = await TinkerTrainer.connect(

@@ -1,7 +1,7 @@
 """Agents the throughput and latency benchmarks run, written the way a user writes them.
 
 Runner processes import them by reference (``bench.bench_agents:chat_once``) from the repo root:
-``bench`` is a namespace package there, and ``adapters.agl_runners.load_agent`` puts the working
+``bench`` is a namespace package there, and ``adapters.runner.processes.load_agent`` puts the working
 directory on ``sys.path``, so start the benchmarks from the repo root.
 
 One ``openai.AsyncOpenAI`` client per process, ``with_options(base_url=llm.endpoint)`` per rollout

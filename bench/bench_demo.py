@@ -46,7 +46,7 @@ from tinker_cookbook.renderers import Renderer, get_renderer
 from tinker_cookbook.rl.types import Trajectory, TrajectoryGroup, Transition
 from tinker_cookbook.tokenizer_utils import get_tokenizer
 
-from adapters.cookbook_training import CookbookTrainingData, supervised_datum
+from adapters.cookbook.training import CookbookTrainingData, supervised_datum
 from adapters.local import LocalSampler, LocalTrainer
 from app.config import TrainConfig, load_config
 from app.demo.task import DigitTask, digit_reward, user_message

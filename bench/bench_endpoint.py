@@ -9,9 +9,9 @@ thread), split by thread; the client's is not in it.
 
 Rows: ``lean`` and ``litellm`` over an instant scripted sampler (the endpoint's own cost); with
 ``--tinker``, ``lean`` over the tinker SDK's sampler on SkyRL's Tinker-API server (the project's
-tiny model on this machine's CPU; ``adapters.tinker_server.skyrl``), each request its own SDK call
+tiny model on this machine's CPU; ``adapters.tinker.server.skyrl``), each request its own SDK call
 (``coalesce_window_s=0``) vs a group's requests coalesced into one call (the default,
-``adapters.sampler_coalescing``), alternating ``--repeat`` times, with the ratio of their medians.
+``adapters.tinker.coalescing``), alternating ``--repeat`` times, with the ratio of their medians.
 
     .venv/bin/python bench/bench_endpoint.py [--requests 320] [--group-size 8] [--concurrency 2] [--tinker]
         [--repeat 3]
@@ -48,11 +48,11 @@ from tinker_cookbook import renderers
 from tinker_cookbook.renderers import get_renderer
 from tinker_cookbook.tokenizer_utils import get_tokenizer
 
-from adapters.endpoint import EndpointConfig, PolicyEndpoint
+from adapters.endpoint.policy_endpoint import EndpointConfig, PolicyEndpoint
 from adapters.local import build_tiny_model
-from adapters.sampler_coalescing import CoalescingSampler
-from adapters.tinker_backend import TinkerConfig, TinkerTrainer
-from adapters.tinker_server.skyrl import SkyrlServer, install
+from adapters.tinker.backend import TinkerConfig, TinkerTrainer
+from adapters.tinker.coalescing import CoalescingSampler
+from adapters.tinker.server.skyrl import SkyrlServer, install
 from domain.sampling import SamplingDefaults
 from ports.policy import SampledSequence, Sampler, SamplingParams, StopReason
 

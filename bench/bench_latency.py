@@ -56,10 +56,10 @@ import agentlightning as agl
 import psutil
 from tinker_cookbook import renderers
 
-from adapters.agl_runners import RunnerProcesses
-from adapters.agl_store import AglRolloutStore, AglTripletSource
-from adapters.endpoint import PolicyEndpoint
-from adapters.endpoint_triplets import EndpointTraceToTriplet
+from adapters.agl.store import AglRolloutStore, AglTripletSource
+from adapters.endpoint.policy_endpoint import PolicyEndpoint
+from adapters.endpoint.triplets import EndpointTraceToTriplet
+from adapters.runner.processes import RunnerProcesses
 from app.usecases.rollouts import RolloutOptions, run_rollouts
 from bench.bench_throughput import (
     AGENT_REFERENCE,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from adapters.tinker_liveness import ServerLiveness
+from adapters.tinker.liveness import ServerLiveness
 
 
 async def instant() -> None:

@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import agentlightning as agl
 from agentlightning.execution import ThreadingEvent
 
-from adapters.agl_runners import RunnerProcesses, run_runner
-from adapters.agl_store import AglRolloutStore, AglTripletSource
+from adapters.agl.store import AglRolloutStore, AglTripletSource
+from adapters.runner.processes import RunnerProcesses, run_runner
 from app.usecases.rollouts import RolloutOptions, RolloutStats, run_rollouts
 from domain.groups import RolloutResult
 from ports.rollout_store import RolloutRequest

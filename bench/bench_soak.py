@@ -31,9 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import psutil
 from tinker_cookbook import renderers
 
-from adapters.agl_runners import RunnerProcesses
-from adapters.agl_store import AglRolloutStore, AglTripletSource
-from adapters.endpoint_triplets import EndpointTraceToTriplet
+from adapters.agl.store import AglRolloutStore, AglTripletSource
+from adapters.endpoint.triplets import EndpointTraceToTriplet
+from adapters.runner.processes import RunnerProcesses
 from app.usecases.rollouts import RolloutOptions, run_rollouts
 from bench.bench_throughput import (
     AGENT_REFERENCE,

@@ -4,7 +4,7 @@ A trivial agent (``bench.bench_agents:chat_once``: one chat call through a share
 ``openai.AsyncOpenAI`` client, then its reward) against an instant scripted sampler behind the real
 policy endpoint. Each row drives its rollouts with ``run_rollouts`` over a fresh
 ``InMemoryLightningStore(thread_safe=True)`` served on 127.0.0.1 as ``app.launch`` serves it
-(``adapters.store_server``; runners attach over HTTP; the loop and the endpoint use the store in this
+(``adapters.agl.server``; runners attach over HTTP; the loop and the endpoint use the store in this
 process; each rollout is forgotten once rebuilt, unless ``--keep-rollouts``), rebuilds every
 trajectory with ``EndpointTraceToTriplet`` and checks that every rollout succeeded with exactly one
 triplet carrying its reward:
@@ -17,9 +17,9 @@ triplet carrying its reward:
 - (c) the store's own limit: no agent and no endpoint. One process stands in for a runner
   (``dequeue_many_rollouts`` under its worker id, up to ``--runner-concurrency`` at once), stores
   the spans one rollout of (a) left in the store (copied from (a), fresh ids) and marks it succeeded
-  in one request (``adapters.store_finish``), the calls ``ConcurrentRunner`` makes; the same loop
+  in one request (``adapters.agl.finish``), the calls ``ConcurrentRunner`` makes; the same loop
   detects completion and rebuilds the triplets;
-- (d) as (a), with the store served from a process of its own (``adapters.store_process``, as
+- (d) as (a), with the store served from a process of its own (``adapters.agl.store_process``, as
   ``store_process=true`` runs it): the loop and the endpoint reach it over HTTP with the run's token.
 
 Runner processes are warmed up (each has finished a rollout with an LLM call) before timing.
@@ -62,15 +62,15 @@ from tinker_cookbook import renderers
 from tinker_cookbook.renderers import get_renderer
 from tinker_cookbook.tokenizer_utils import get_tokenizer
 
-from adapters.agl_runners import RunnerProcesses
-from adapters.agl_store import AglRolloutStore, AglTripletSource
-from adapters.endpoint import EndpointConfig, PolicyEndpoint
-from adapters.endpoint_triplets import EndpointTraceToTriplet
+from adapters.agl.auth import TokenStoreClient
+from adapters.agl.finish import FinishingClient
+from adapters.agl.server import project_store_server
+from adapters.agl.store import AglRolloutStore, AglTripletSource
+from adapters.agl.store_process import StoreProcess
+from adapters.endpoint.policy_endpoint import EndpointConfig, PolicyEndpoint
+from adapters.endpoint.triplets import EndpointTraceToTriplet
 from adapters.local import build_tiny_model
-from adapters.store_auth import TokenStoreClient
-from adapters.store_finish import FinishingClient
-from adapters.store_process import StoreProcess
-from adapters.store_server import project_store_server
+from adapters.runner.processes import RunnerProcesses
 from app.usecases.rollouts import RolloutOptions, run_rollouts
 from domain.groups import RolloutResult
 from domain.sampling import SamplingDefaults
@@ -123,7 +123,7 @@ async def served_store(
     """A fresh in-memory store served on a free loopback port, as ``agl-tinker train`` serves it: (store, url, token).
 
     In a thread of this process (the store itself is returned), or with ``process`` in a child process
-    (``adapters.store_process``, as ``store_process=true`` runs it; a client with the token is returned).
+    (``adapters.agl.store_process``, as ``store_process=true`` runs it; a client with the token is returned).
     ``stock``: Agent-lightning's own server, without the project's routes and middleware (row (b)).
     """
     if not process:

@@ -36,9 +36,9 @@ import shutil
 from tinker_cookbook.renderers import get_renderer
 from tinker_cookbook.tokenizer_utils import get_tokenizer
 
-from adapters.cookbook_training import supervised_datum
+from adapters.cookbook.training import supervised_datum
 from adapters.local import LocalTrainer
-from adapters.tinker_server.skyrl import SkyrlServer, install, tiny_model_dir
+from adapters.tinker.server.skyrl import SkyrlServer, install, tiny_model_dir
 from app.config import load_config
 from app.launch import train, warm_start_chats
 from app.usecases.steps import WarmStartSettings, warm_start

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build (once, cached) an agent's own Python environment from its requirements file and print its Python
 # on the last line: `agl-tinker train ... runner_python=$(bash scripts/agent-env.sh examples/autogen_mcp/requirements.txt)`.
-# Progress and errors go to stderr. See adapters/agent_env.py.
+# Progress and errors go to stderr. See adapters/runner/agent_env.py.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 args=()
@@ -14,4 +14,4 @@ done
 python="$root/.venv/bin/python"
 [ -x "$python" ] || python="$(command -v python3)"
 cd "$root"
-exec "$python" -m adapters.agent_env "${args[@]}"
+exec "$python" -m adapters.runner.agent_env "${args[@]}"

@@ -10,7 +10,7 @@ bash scripts/bootstrap.sh
 export LITELLM_LOCAL_MODEL_COST_MAP=True TINKER_TELEMETRY=0
 py=.venv/bin/python
 tinker=()
-if $py -m adapters.tinker_server.skyrl --install-only >/dev/null 2>&1; then tinker=(--tinker); fi
+if $py -m adapters.tinker.server.skyrl --install-only >/dev/null 2>&1; then tinker=(--tinker); fi
 failed=()
 {
   echo "commit $(git rev-parse --short HEAD), $(date -u +%FT%TZ)"

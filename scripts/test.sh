@@ -6,7 +6,7 @@ bash scripts/bootstrap.sh
 export LITELLM_LOCAL_MODEL_COST_MAP=True TINKER_TELEMETRY=0
 # The Tinker-API server the Tinker tests train against (SkyRL, own Python 3.12 environment, cached);
 # without Python 3.12 those tests skip and say why.
-.venv/bin/python -m adapters.tinker_server.skyrl --install-only || echo "Tinker-API server not installed: its tests will skip"
+.venv/bin/python -m adapters.tinker.server.skyrl --install-only || echo "Tinker-API server not installed: its tests will skip"
 .venv/bin/ruff check domain ports adapters app tests bench examples
 .venv/bin/mypy domain ports app
 # Two test processes (pytest-xdist), each taking whole modules so a module's server or model is built once;

@@ -5,4 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 export LITELLM_LOCAL_MODEL_COST_MAP=True TINKER_TELEMETRY=0
-exec .venv/bin/python -m adapters.tinker_server.skyrl "$@"
+exec .venv/bin/python -m adapters.tinker.server.skyrl "$@"

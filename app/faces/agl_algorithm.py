@@ -23,7 +23,7 @@ from typing import Any
 
 from agentlightning import Algorithm, Dataset, FastAlgorithm, TraceToTripletBase
 
-from adapters.runner_entry import end_forked_children_with_this_process
+from adapters.runner.entry import end_forked_children_with_this_process
 from app.config import TrainConfig
 from app.launch import Run, agent_match_from, open_run_on_store
 from app.usecases.evaluation import all_task_groups, evaluate_task_groups

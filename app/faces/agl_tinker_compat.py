@@ -37,9 +37,9 @@ from returns.result import Failure
 from tinker_cookbook.renderers import get_renderer
 from tinker_cookbook.tokenizer_utils import get_tokenizer
 
-from adapters.cookbook_env import AGLDatasetBuilder
-from adapters.endpoint import EndpointConfig, PolicyEndpoint
-from adapters.endpoint_provider import PolicyProvider
+from adapters.cookbook.env import AGLDatasetBuilder
+from adapters.endpoint.policy_endpoint import EndpointConfig, PolicyEndpoint
+from adapters.endpoint.provider import PolicyProvider
 from app.config import DEMO, TrainConfig, load_config
 from app.launch import LaunchError, train
 from app.usecases.steps import TrainingSummary

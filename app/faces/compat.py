@@ -17,10 +17,10 @@ from typing import Any, Generic, TypeVar
 from agentlightning import LightningStore, Rollout, RolloutMode, Span, TraceToTripletBase
 from tinker_cookbook.rl.types import Trajectory, TrajectoryGroup
 
-from adapters.agl_store import AglRolloutStore, AglTripletSource
-from adapters.cookbook_env import AGLDataset, AGLDatasetBuilder, AGLDummyEnv, AGLDummyEnvGroupBuilder
-from adapters.cookbook_groups import CookbookGroups, evaluation_metrics
-from adapters.cookbook_types import to_cookbook_trajectory
+from adapters.agl.store import AglRolloutStore, AglTripletSource
+from adapters.cookbook.env import AGLDataset, AGLDatasetBuilder, AGLDummyEnv, AGLDummyEnvGroupBuilder
+from adapters.cookbook.groups import CookbookGroups, evaluation_metrics
+from adapters.cookbook.rl_types import to_cookbook_trajectory
 from app.faces.agl_algorithm import Tinker
 from app.faces.agl_tinker_compat import Config, TinkerLLM, create_llm_proxy, main
 from app.usecases.evaluation import all_task_groups, evaluate_task_groups

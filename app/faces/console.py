@@ -16,13 +16,13 @@ from returns.result import Failure
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from adapters.agl_runners import RunnerProcesses
-from adapters.endpoint import EndpointError, is_loopback
-from adapters.run_log import CHECKPOINTS_FILE, last_checkpoint
-from adapters.runner_env import check_runner_python
-from adapters.store_auth import STORE_TOKEN_ENV, store_token
-from adapters.store_server import project_store_server
-from adapters.tinker_backend import TinkerError
+from adapters.agl.auth import STORE_TOKEN_ENV, store_token
+from adapters.agl.server import project_store_server
+from adapters.endpoint.policy_endpoint import EndpointError, is_loopback
+from adapters.files.run_log import CHECKPOINTS_FILE, last_checkpoint
+from adapters.runner.env_check import check_runner_python
+from adapters.runner.processes import RunnerProcesses
+from adapters.tinker.backend import TinkerError
 from app.config import TrainConfig
 from app.faces.report import write_report, write_transcript_index
 from app.launch import LaunchError, open_run, store_launcher_args, train
@@ -237,7 +237,7 @@ def serve_runners(agent: str, store_url: str, n: int, concurrency: int | None, p
     """``agl-tinker runner``: ``n`` runner processes on ``store_url`` until interrupted.
 
     ``concurrency``: rollouts per process (``None``: Agent-lightning's stock one-at-a-time runner);
-    ``python``: the interpreter they run under (checked first: ``adapters.runner_env``).
+    ``python``: the interpreter they run under (checked first: ``adapters.runner.env_check``).
     """
     if python is not None:
         checked = check_runner_python(python, agent, stock_runner=concurrency is None)

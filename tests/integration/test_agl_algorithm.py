@@ -17,7 +17,7 @@ from typing import Any
 import agentlightning as agl
 import pytest
 
-from adapters.run_log import CHECKPOINTS_FILE
+from adapters.files.run_log import CHECKPOINTS_FILE
 from app.config import TrainConfig, load_config
 from app.faces.agl_algorithm import Tinker, TinkerAlgorithm, TinkerDryRun
 from app.faces.compat import AGLDatasetBuilder, Config, main

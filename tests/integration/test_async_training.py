@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters.run_log import CHECKPOINTS_FILE
+from adapters.files.run_log import CHECKPOINTS_FILE
 from app.launch import train
 from app.usecases.steps import REWARD_KEY, TrainingHooks
 from tests.integration.test_training import batch_lines, cli, config, rollout_lines

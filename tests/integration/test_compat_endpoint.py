@@ -20,8 +20,8 @@ from tinker_cookbook import renderers
 from tinker_cookbook.rl.data_processing import assemble_training_data, compute_advantages
 from tinker_cookbook.rl.types import TrajectoryGroup
 
-from adapters.agl_runners import run_runner
-from adapters.endpoint import EndpointConfig, PolicyEndpoint
+from adapters.endpoint.policy_endpoint import EndpointConfig, PolicyEndpoint
+from adapters.runner.processes import run_runner
 from app.faces.compat import AGLDataset, AGLTestSetEvaluator, do_group_of_group_rollouts
 from domain.groups import RolloutResult
 from domain.sampling import SamplingDefaults

@@ -19,11 +19,11 @@ import pytest
 from agentlightning.execution import ThreadingEvent
 from tinker_cookbook import renderers
 
-from adapters.agl_runners import run_runner
-from adapters.agl_store import AglRolloutStore, AglTripletSource
-from adapters.endpoint import PolicyEndpoint
-from adapters.endpoint_capture import COMPLETION_SPAN, FINISH_REASON
-from adapters.endpoint_triplets import EndpointTraceToTriplet
+from adapters.agl.store import AglRolloutStore, AglTripletSource
+from adapters.endpoint.capture import COMPLETION_SPAN, FINISH_REASON
+from adapters.endpoint.policy_endpoint import PolicyEndpoint
+from adapters.endpoint.triplets import EndpointTraceToTriplet
+from adapters.runner.processes import run_runner
 from app.usecases.rollouts import RolloutOptions, run_rollouts
 from ports.rollout_store import RolloutRequest
 from tests.support.endpoints import policy_endpoint
@@ -235,7 +235,7 @@ async def test_string_task_agents_get_their_tasks_unchanged_and_yield_exact_toke
     content: str,
     rewards: list[float],
 ) -> None:
-    from adapters.agl_runners import load_agent
+    from adapters.runner.processes import load_agent
 
     sampler = CharSampler(renderer, replies)
     endpoint.set_sampler(sampler)

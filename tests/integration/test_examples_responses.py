@@ -16,8 +16,8 @@ import agentlightning as agl
 import pytest
 from tinker_cookbook import renderers
 
-from adapters.endpoint import PolicyEndpoint
-from adapters.endpoint_capture import COMPLETION_SPAN, PREFIX
+from adapters.endpoint.capture import COMPLETION_SPAN, PREFIX
+from adapters.endpoint.policy_endpoint import PolicyEndpoint
 from tests.support.endpoints import policy_endpoint
 from tests.support.rollouts import run, trajectory
 from tests.support.runs import batch_lines, example_overrides

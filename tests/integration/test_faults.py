@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters.run_log import CHECKPOINTS_FILE
+from adapters.files.run_log import CHECKPOINTS_FILE
 from app.config import TrainConfig, load_config
 from app.launch import train
 from app.usecases.rollouts import NoRunners

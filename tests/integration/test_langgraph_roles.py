@@ -22,12 +22,12 @@ from agentlightning.execution import ThreadingEvent
 from agentlightning.tracer.base import Tracer
 from tinker_cookbook import renderers
 
-from adapters.agl_runners import RunnerProcesses, run_concurrent_runner
-from adapters.agl_store import AglTripletSource
-from adapters.client_triplets import PolicyCallsOnly
-from adapters.concurrent_runner import ConcurrentTracer, shared_tracer
-from adapters.endpoint_triplets import EndpointTraceToTriplet
-from adapters.langchain_tracing import instrument_langchain
+from adapters.agl.client_triplets import PolicyCallsOnly
+from adapters.agl.store import AglTripletSource
+from adapters.endpoint.triplets import EndpointTraceToTriplet
+from adapters.langchain.tracing import instrument_langchain
+from adapters.runner.concurrent_runner import ConcurrentTracer, shared_tracer
+from adapters.runner.processes import RunnerProcesses, run_concurrent_runner
 from domain.trajectory import ReconstructedTrajectory, reconstruct_trajectory
 from tests.support.endpoints import policy_endpoint
 from tests.support.rollouts import enqueue, trajectory, wait_succeeded
@@ -42,7 +42,7 @@ langgraph = pytest.importorskip("langgraph", reason="pip install -c constraints.
 
 TASK = {"word": "seven", "digit": "7"}
 RUNNER_TRACES_LANGCHAIN = ConcurrentTracer.get_langchain_handler is not Tracer.get_langchain_handler
-"""Whether the concurrent runner's tracer offers its LangChain handler itself (``adapters.langchain_tracing``)."""
+"""Whether the concurrent runner's tracer offers its LangChain handler itself (``adapters.langchain.tracing``)."""
 
 
 class Question(TypedDict, total=False):
@@ -149,7 +149,7 @@ async def test_a_regex_that_matches_no_agent_trains_nothing_and_names_the_agents
     adapter = EndpointTraceToTriplet(agent_match="planner")
 
     assert (await trajectory(store, ids[0], adapter)).is_empty
-    with caplog.at_level(logging.WARNING, logger="adapters.endpoint_triplets"):
+    with caplog.at_level(logging.WARNING, logger="adapters.endpoint.triplets"):
         assert adapter.take_metrics()["agent_match/calls_other_agents"] == 4.0
     assert caplog.messages[-1] == (
         "agent_match='planner' matched none of 4 policy call(s) in this batch; agents seen: checker (2), writer (2)"
@@ -181,7 +181,7 @@ async def test_under_agent_lightnings_runner_either_source_trains_only_the_write
 @pytest.mark.parametrize("source", ["endpoint", "client"])
 async def test_the_example_trains_two_batches_with_agent_match(tmp_path: Path, tiny_model: Path, source: str) -> None:
     if source == "endpoint" and not RUNNER_TRACES_LANGCHAIN:
-        pytest.skip("the concurrent runner does not trace LangChain runs yet (adapters.langchain_tracing)")
+        pytest.skip("the concurrent runner does not trace LangChain runs yet (adapters.langchain.tracing)")
     from app.config import load_config
     from app.launch import train
 
@@ -229,7 +229,7 @@ def test_prompt_model_and_parser_inside_a_node_belong_to_the_node() -> None:
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from adapters.langchain_spans import AGENT_NAME, CHAIN_SPAN, CHAT_MODEL_SPAN, AgentSpans
+    from adapters.langchain.spans import AGENT_NAME, CHAIN_SPAN, CHAT_MODEL_SPAN, AgentSpans
 
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
@@ -256,7 +256,7 @@ def test_prompt_model_and_parser_inside_a_node_belong_to_the_node() -> None:
 
 
 def test_the_compat_config_passes_adapter_agent_match_through(tmp_path: Path) -> None:
-    from adapters.cookbook_env import AGLDatasetBuilder
+    from adapters.cookbook.env import AGLDatasetBuilder
     from app.faces.agl_tinker_compat import Config
 
     builder: AGLDatasetBuilder[Any] = AGLDatasetBuilder(batch_size=2, train_dataset=["a", "b"], val_dataset=["c"])

@@ -9,8 +9,8 @@ import agentlightning as agl
 import pytest
 from agentlightning.execution import ThreadingEvent
 
-from adapters.agl_runners import run_runner
-from adapters.agl_store import AglRolloutStore, AglTripletSource
+from adapters.agl.store import AglRolloutStore, AglTripletSource
+from adapters.runner.processes import run_runner
 from app.usecases.rollouts import QUEUE_TIMEOUT, RolloutOptions, RolloutStats, run_rollouts
 from domain.groups import TIMED_OUT
 from ports.rollout_store import RolloutRequest

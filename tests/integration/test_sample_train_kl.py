@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters.cookbook_training import sample_train_kl, substeps
+from adapters.cookbook.training import sample_train_kl, substeps
 from app.config import load_config
 from app.launch import train
 from app.usecases.steps import TrainingSettings, train_step

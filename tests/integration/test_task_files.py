@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from adapters.cookbook_env import read_task_file
+from adapters.cookbook.env import read_task_file
 from app.config import load_config
 from app.launch import LaunchError, build_datasets, split_tasks
 

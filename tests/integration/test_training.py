@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from adapters.run_log import CHECKPOINTS_FILE, ROLLOUTS_FILE
+from adapters.files.run_log import CHECKPOINTS_FILE, ROLLOUTS_FILE
 from app.config import TrainConfig, load_config
 from app.launch import train
 from app.usecases.steps import REWARD_KEY, NothingToTrain, TrainingHooks

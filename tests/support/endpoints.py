@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 import agentlightning as agl
 from tinker_cookbook import renderers
 
-from adapters.endpoint import EndpointConfig, PolicyEndpoint
+from adapters.endpoint.policy_endpoint import EndpointConfig, PolicyEndpoint
 from domain.sampling import SamplingDefaults
 from ports.policy import Sampler
 

@@ -10,9 +10,9 @@ from typing import Any
 import agentlightning as agl
 from agentlightning.execution import ThreadingEvent
 
-from adapters.agl_runners import run_runner
-from adapters.agl_store import AglTripletSource
-from adapters.endpoint_triplets import EndpointTraceToTriplet
+from adapters.agl.store import AglTripletSource
+from adapters.endpoint.triplets import EndpointTraceToTriplet
+from adapters.runner.processes import run_runner
 from domain.trajectory import ReconstructedTrajectory, reconstruct_trajectory
 from tests.support.waits import HANG_S, until
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from adapters.run_log import METRICS_FILE
+from adapters.files.run_log import METRICS_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
 

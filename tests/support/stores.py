@@ -10,7 +10,7 @@ from typing import Any
 import agentlightning as agl
 import aiohttp
 
-from adapters.store_server import project_store_server
+from adapters.agl.server import project_store_server
 from app.launch import free_port
 from tests.support.cli import cli_process
 from tests.support.waits import until
@@ -24,7 +24,7 @@ async def served_store(
 ) -> AsyncIterator[agl.LightningStoreServer]:
     """``store`` (a fresh in-memory one by default) behind a ``LightningStoreServer`` on a free loopback port.
 
-    ``project_routes``: as this project's servers run (``adapters.store_server``); False: as ``agl store`` does.
+    ``project_routes``: as this project's servers run (``adapters.agl.server``); False: as ``agl store`` does.
     """
     store = store or agl.InMemoryLightningStore()
     server_args: dict[str, Any] = {"host": "127.0.0.1", "port": free_port()}

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from adapters.cookbook_training import CookbookTrainingData
-from adapters.cookbook_types import to_trajectory_group
+from adapters.cookbook.rl_types import to_trajectory_group
+from adapters.cookbook.training import CookbookTrainingData
 from domain.trajectory import ReconstructedTrajectory
 from ports.training_data import KLPenalty
 from tests.support.samplers import CharSampler
