@@ -86,8 +86,8 @@ async def pipeline(config: TrainConfig) -> Outcome:
     lines = [json.loads(line) for line in (Path(config.log_path) / "metrics.jsonl").read_text().splitlines()]
     return Outcome(
         seconds, batches, batches * config.batch_size * config.group_size, summary.reward_before or 0.0,
-        summary.reward_after or 0.0, time.process_time() - cpu,
-        [m["rollouts/per_s"] for m in lines if "rollouts/per_s" in m],
+        summary.reward_after or 0.0, best=max((reward for _, reward in summary.evals), default=0.0),
+        cpu_s=time.process_time() - cpu, sampling_rates=[m["rollouts/per_s"] for m in lines if "rollouts/per_s" in m],
     )  # fmt: skip
 
 

@@ -33,9 +33,15 @@ class Check:
     overrides: tuple[str, ...] = ()
 
 
+DEMO = "app.demo.agent:digit_agent"
 CHECKS = {
-    "single-turn": Check("app.demo.agent:digit_agent", 30, 0.2),
+    "single-turn": Check(DEMO, 30, 0.2),
     "multi-turn": Check("tests.integration.learning_agents:second_turn_agent", 30, 0.3),
+    # Rollouts for the next batch run while the trainer steps. PPO's clipping, as bench_async.py trains it: with
+    # the default importance sampling the one-step-stale demo rose by only 0.1-0.4 in 40-60 batches.
+    "async": Check(DEMO, 50, 0.3, ("async.enabled=true", "loss_fn=ppo")),
+    # LoRA rank 32, the only mode of the hosted Tinker service; slower than full fine-tuning on the tiny model.
+    "lora": Check(DEMO, 40, 0.3, ("policy.lora_rank=32",)),
 }
 
 
@@ -46,7 +52,7 @@ def write_jsonl(path: Path, records: list[object]) -> Path:
 
 def task_overrides(name: str, tmp_path: Path) -> list[str]:
     """The demo's own tasks, or the same words as task files with a warm start of the agent's format."""
-    if CHECKS[name].agent.startswith("app.demo"):
+    if CHECKS[name].agent == DEMO:
         return []
     tasks = write_jsonl(tmp_path / "tasks.jsonl", list(digit_tasks()))
     chats = learning_agents.two_turn_format_chats(256, seed=0)
@@ -76,4 +82,5 @@ async def test_the_greedy_test_reward_rises(name: str, tmp_path: Path) -> None:
     before, after = summary.reward_before, summary.reward_after
     assert before is not None and after is not None
     print(f"{name}: greedy test reward {before:.2f} -> {after:.2f}")
-    assert after >= before + check.rise, f"{name}: greedy test reward {before:.2f} -> {after:.2f}"
+    # Rewards are tenths (ten test words): compare the rise rounded, not 0.1 + 0.2 in floating point.
+    assert round(after - before, 6) >= check.rise, f"{name}: greedy test reward {before:.2f} -> {after:.2f}"
