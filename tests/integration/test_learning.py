@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import pytest
+from tinker_cookbook.renderers import Renderer, ToolSpec
 
 from app.config import load_config
 from app.demo.task import digit_tasks
@@ -37,6 +39,13 @@ DEMO = "app.demo.agent:digit_agent"
 CHECKS = {
     "single-turn": Check(DEMO, 30, 0.2),
     "multi-turn": Check("tests.integration.learning_agents:second_turn_agent", 30, 0.3),
+    # A 32-token call after the ~330-token tools prompt: a rate of 1e-2 broke the call format within two batches.
+    "tool-call": Check(
+        "tests.integration.learning_agents:keypad_agent",
+        20,
+        0.5,
+        ("max_tokens=40", "learning_rate=3e-3", "warm_start.steps=100"),
+    ),
     # Rollouts for the next batch run while the trainer steps. PPO's clipping, as bench_async.py trains it: with
     # the default importance sampling the one-step-stale demo rose by only 0.1-0.4 in 40-60 batches.
     "async": Check(DEMO, 50, 0.3, ("async.enabled=true", "loss_fn=ppo")),
@@ -50,18 +59,27 @@ def write_jsonl(path: Path, records: list[object]) -> Path:
     return path
 
 
-def task_overrides(name: str, tmp_path: Path) -> list[str]:
-    """The demo's own tasks, or the same words as task files with a warm start of the agent's format."""
+def tasks_and_format(name: str, renderer: Renderer) -> tuple[list[object], list[list[dict[str, str]]]]:
+    """The check's tasks, and warm-start chats of its agent's format (random answers) as a user would write them."""
+    if name == "tool-call":
+        (system,) = renderer.create_conversation_prefix_with_tools([cast(ToolSpec, learning_agents.PRESS["function"])])
+        doors: list[object] = [{"door": door} for door in learning_agents.DOORS]
+        return doors, learning_agents.keypad_format_chats(str(system["content"]), 256, seed=0)
+    return list(digit_tasks()), learning_agents.two_turn_format_chats(256, seed=0)
+
+
+def task_overrides(name: str, tmp_path: Path, renderer: Renderer) -> list[str]:
+    """The demo's own tasks, or task files with a warm start of the agent's format."""
     if CHECKS[name].agent == DEMO:
         return []
-    tasks = write_jsonl(tmp_path / "tasks.jsonl", list(digit_tasks()))
-    chats = learning_agents.two_turn_format_chats(256, seed=0)
+    records, chats = tasks_and_format(name, renderer)
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", records)
     warm = write_jsonl(tmp_path / "warm.jsonl", [{"messages": chat} for chat in chats])
     return [f"tasks={tasks}", f"test_tasks={tasks}", f"warm_start.file={warm}"]
 
 
 @pytest.mark.parametrize("name", list(CHECKS))
-async def test_the_greedy_test_reward_rises(name: str, tmp_path: Path) -> None:
+async def test_the_greedy_test_reward_rises(name: str, tmp_path: Path, renderer: Renderer) -> None:
     check = CHECKS[name]
     base = [
         f"log_path={tmp_path / 'run'}",
@@ -74,7 +92,7 @@ async def test_the_greedy_test_reward_rises(name: str, tmp_path: Path) -> None:
         "rollout_timeout_s=120",
         *check.overrides,
     ]
-    config = load_config(None, [*base, *task_overrides(name, tmp_path)]).unwrap()
+    config = load_config(None, [*base, *task_overrides(name, tmp_path, renderer)]).unwrap()
 
     summary = await train(config)
 
