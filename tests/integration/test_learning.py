@@ -9,6 +9,7 @@ behaviour, not speed: timeouts only catch hangs.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
@@ -25,6 +26,21 @@ from tests.support.runs import batch_lines
 pytestmark = pytest.mark.slow
 
 
+Chats = list[list[dict[str, str]]]
+
+
+def second_turn_files(_renderer: Renderer) -> tuple[list[object], Chats]:
+    """The demo's words as a task file, and warm-start chats of the two-turn format (random digits)."""
+    return list(digit_tasks()), learning_agents.two_turn_format_chats(256, seed=0)
+
+
+def keypad_files(renderer: Renderer) -> tuple[list[object], Chats]:
+    """The doors, and warm-start chats of the call format under the renderer's own tools prompt (random digits)."""
+    (system,) = renderer.create_conversation_prefix_with_tools([cast(ToolSpec, learning_agents.PRESS["function"])])
+    doors: list[object] = [{"door": door} for door in learning_agents.DOORS]
+    return doors, learning_agents.keypad_format_chats(str(system["content"]), 256, seed=0)
+
+
 @dataclass(frozen=True)
 class Check:
     """A task, the batches it gets, and the rise in greedy test reward it must show."""
@@ -33,18 +49,21 @@ class Check:
     batches: int
     rise: float
     overrides: tuple[str, ...] = ()
+    files: Callable[[Renderer], tuple[list[object], Chats]] | None = None
+    """Its tasks and warm-start chats, as a user would write them for their agent; none: the demo's own."""
 
 
 DEMO = "app.demo.agent:digit_agent"
 CHECKS = {
     "single-turn": Check(DEMO, 30, 0.2),
-    "multi-turn": Check("tests.integration.learning_agents:second_turn_agent", 30, 0.3),
+    "multi-turn": Check("tests.integration.learning_agents:second_turn_agent", 30, 0.3, files=second_turn_files),
     # A 32-token call after the ~330-token tools prompt: a rate of 1e-2 broke the call format within two batches.
     "tool-call": Check(
         "tests.integration.learning_agents:keypad_agent",
         20,
         0.5,
         ("max_tokens=40", "learning_rate=3e-3", "warm_start.steps=100"),
+        files=keypad_files,
     ),
     # Rollouts for the next batch run while the trainer steps. PPO's clipping, as bench_async.py trains it: with
     # the default importance sampling the one-step-stale demo rose by only 0.1-0.4 in 40-60 batches.
@@ -59,20 +78,11 @@ def write_jsonl(path: Path, records: list[object]) -> Path:
     return path
 
 
-def tasks_and_format(name: str, renderer: Renderer) -> tuple[list[object], list[list[dict[str, str]]]]:
-    """The check's tasks, and warm-start chats of its agent's format (random answers) as a user would write them."""
-    if name == "tool-call":
-        (system,) = renderer.create_conversation_prefix_with_tools([cast(ToolSpec, learning_agents.PRESS["function"])])
-        doors: list[object] = [{"door": door} for door in learning_agents.DOORS]
-        return doors, learning_agents.keypad_format_chats(str(system["content"]), 256, seed=0)
-    return list(digit_tasks()), learning_agents.two_turn_format_chats(256, seed=0)
-
-
-def task_overrides(name: str, tmp_path: Path, renderer: Renderer) -> list[str]:
-    """The demo's own tasks, or task files with a warm start of the agent's format."""
-    if CHECKS[name].agent == DEMO:
+def task_overrides(check: Check, tmp_path: Path, renderer: Renderer) -> list[str]:
+    """The demo's own tasks, or the check's task file with a warm start of its agent's format."""
+    if check.files is None:
         return []
-    records, chats = tasks_and_format(name, renderer)
+    records, chats = check.files(renderer)
     tasks = write_jsonl(tmp_path / "tasks.jsonl", records)
     warm = write_jsonl(tmp_path / "warm.jsonl", [{"messages": chat} for chat in chats])
     return [f"tasks={tasks}", f"test_tasks={tasks}", f"warm_start.file={warm}"]
@@ -92,7 +102,7 @@ async def test_the_greedy_test_reward_rises(name: str, tmp_path: Path, renderer:
         "rollout_timeout_s=120",
         *check.overrides,
     ]
-    config = load_config(None, [*base, *task_overrides(name, tmp_path, renderer)]).unwrap()
+    config = load_config(None, [*base, *task_overrides(check, tmp_path, renderer)]).unwrap()
 
     summary = await train(config)
 
