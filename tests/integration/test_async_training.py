@@ -19,10 +19,11 @@ from tests.integration.test_training import batch_lines, cli, config, rollout_li
 pytestmark = pytest.mark.slow
 
 ASYNC = {"async.enabled": "true", "async.sampling_steps_ahead": 1, "async.max_steps_off_policy": 1}
-# The staleness-aware rate halves a step whose groups are one version behind, and on shared cores most
-# are (mean staleness 0.5-1.0 measured), so the learning tests start from twice the sync tests' rate to
-# learn at their pace: at 1e-2 a loaded run rose by only 0.24 in 12 steps.
-LEARNING = {"seed": 1, "kl_penalty_coef": 0, "learning_rate": 2e-2}
+# Twice the sync tests' groups a step: on shared cores most async steps train groups one version behind, at
+# half the rate, and with 4 groups the reward sometimes fell to 0 and stayed (no group with a success, so no
+# signal); doubling the rate instead made the policy collapse once every group scored 1 (it drifted to "77",
+# then "7777"). With 8 groups at 1e-2, four loaded runs of each test rose by 0.83-0.93 in 12 steps.
+LEARNING = {"seed": 1, "kl_penalty_coef": 0, "learning_rate": 1e-2, "batch_size": 8}
 
 
 async def test_async_mode_learns_with_bounded_staleness(tmp_path: Path) -> None:
@@ -35,7 +36,7 @@ async def test_async_mode_learns_with_bounded_staleness(tmp_path: Path) -> None:
     first, last = sum(rewards[:3]) / 3, sum(rewards[-3:]) / 3
     assert first < 0.5, rewards
     assert last > first + 0.3, rewards
-    assert all(m["optim/n_datums"] > 0 and m["groups/n_kept"] + m["groups/n_dropped_constant"] == 4 for m in lines)
+    assert all(m["optim/n_datums"] > 0 and m["groups/n_kept"] + m["groups/n_dropped_constant"] == 8 for m in lines)
     assert all(m["async/staleness_max"] <= 1 for m in lines)
     assert any(m["async/staleness_max"] == 1 for m in lines), "no group was ever sampled ahead of its step"
     assert all({"optim/ratio_clip_frac", "time/trainer_idle", "time/rollouts_idle"} <= m.keys() for m in lines)
@@ -44,7 +45,7 @@ async def test_async_mode_learns_with_bounded_staleness(tmp_path: Path) -> None:
         assert m["optim/learning_rate"] == pytest.approx(m["optim/lr"]), "the optimizer ran at the logged rate"
     saved = rollout_lines(Path(cfg.log_path))
     assert {r["batch"] for r in saved} == set(range(12)) and {r["status"] for r in saved} == {"succeeded"}
-    assert all(sum(1 for r in saved if r["batch"] == b) >= 32 for b in range(12))
+    assert all(sum(1 for r in saved if r["batch"] == b) >= 64 for b in range(12))
 
 
 async def test_stale_groups_are_dropped_and_rolled_out_again(tmp_path: Path) -> None:
@@ -83,7 +84,7 @@ async def test_an_async_run_resumes_with_its_in_flight_groups_and_no_step_twice(
 
 
 async def test_stream_minibatches_train_each_part_as_it_arrives_and_learn(tmp_path: Path) -> None:
-    """The cookbook's stream minibatch: 4 groups a step in 2 forward-backward passes, one optimizer step."""
+    """The cookbook's stream minibatch: 8 groups a step in 2 forward-backward passes, one optimizer step."""
     cfg = config(tmp_path, max_batches=12, **LEARNING, **ASYNC, **{"async.num_minibatches": 2})
     summary = await train(cfg)
 
@@ -92,7 +93,7 @@ async def test_stream_minibatches_train_each_part_as_it_arrives_and_learn(tmp_pa
     assert summary.end_batch == len(rewards) == 12
     first, last = sum(rewards[:3]) / 3, sum(rewards[-3:]) / 3
     assert last > first + 0.3, rewards
-    assert all(m["optim/n_minibatches"] == 2 and m["rollouts/n_enqueued"] == 32 for m in lines)
+    assert all(m["optim/n_minibatches"] == 2 and m["rollouts/n_enqueued"] == 64 for m in lines)
     assert all(m["optim/lr"] == pytest.approx(m["optim/learning_rate"]) for m in lines)
     assert all(m["optim/lr"] <= cfg.learning_rate for m in lines)
     assert any(m["optim/lr"] < cfg.learning_rate for m in lines), "no step was scaled for stale groups"
