@@ -25,8 +25,9 @@ def first_prompt(task: dict[str, Any]) -> str:
 
 
 def parse_guess(text: str) -> int | None:
-    match = re.search(r"-?\d+", text)
-    return int(match.group()) if match else None
+    """The guess when the reply is a number and nothing else (as the prompt asks), else None."""
+    match = re.fullmatch(r"\s*(-?\d+)\s*\.?\s*", text)
+    return int(match.group(1)) if match else None
 
 
 def feedback(guess: int | None, secret: int) -> str:

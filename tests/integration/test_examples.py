@@ -73,7 +73,7 @@ async def test_multiturn_async_guessing_merges_three_turns_into_one_datum(
     from examples.multiturn.agent import first_prompt, guess_number
 
     task = {"secret": 7, "low": 1, "high": 10, "max_turns": 3}
-    sampler = CharSampler(renderer, ["My guess: 3", "9?", "It is 7!"])
+    sampler = CharSampler(renderer, ["3", "9", "7"])
     endpoint.set_sampler(sampler)
 
     ids = await run(store, guess_number, [task, task])
@@ -87,10 +87,10 @@ async def test_multiturn_async_guessing_merges_three_turns_into_one_datum(
         first = [{"role": "user", "content": first_prompt(task)}]
         assert result.transitions[0].ob == prompt(renderer, first)  # type: ignore[arg-type]
         # Turn 2 = turn 1's exact prompt + sampled tokens + the "Higher." feedback, rendered.
-        second = [*first, {"role": "assistant", "content": "My guess: 3"}, {"role": "user", "content": "Higher."}]
+        second = [*first, {"role": "assistant", "content": "3"}, {"role": "user", "content": "Higher."}]
         t1, t2, t3 = result.transitions
         assert t2.ob == t1.ob + t1.ac + after_first_end(renderer, first, second, sampler.im_end)
-        third = [*second, {"role": "assistant", "content": "9?"}, {"role": "user", "content": "Lower."}]
+        third = [*second, {"role": "assistant", "content": "9"}, {"role": "user", "content": "Lower."}]
         assert t3.ob == t2.ob + t2.ac + after_first_end(renderer, second, third, sampler.im_end)
     assert endpoint.take_metrics()["endpoint/prefix/extended"] == 4.0
     await assert_one_datum_each(results)
@@ -103,7 +103,7 @@ async def test_the_endpoint_lets_go_of_a_rollouts_turns_once_the_loop_rebuilt_it
     from examples.multiturn.agent import guess_number
 
     task = {"secret": 7, "low": 1, "high": 10, "max_turns": 3}
-    endpoint.set_sampler(CharSampler(renderer, ["My guess: 3", "9?", "It is 7!"]))
+    endpoint.set_sampler(CharSampler(renderer, ["3", "9", "7"]))
     resources = await store.get_latest_resources()
     assert resources is not None
     stop = ThreadingEvent()
@@ -129,7 +129,7 @@ async def test_multiturn_sync_guessing_runs_in_a_thread_hosted_runner_and_merges
 ) -> None:
     from examples.multiturn.agent import guess_number_sync
 
-    sampler = CharSampler(renderer, ["5", "seven: 7"])
+    sampler = CharSampler(renderer, ["5", "7"])
     endpoint.set_sampler(sampler)
 
     (rollout_id,) = await run_in_thread(store, guess_number_sync, [{"secret": 7, "low": 1, "high": 10}])

@@ -45,7 +45,7 @@ async def test_a_responses_api_game_over_three_turns_trains_as_one_datum_per_gam
     from examples.responses.agent import guess_number_responses
 
     task = {"secret": 7, "low": 1, "high": 10, "max_turns": 3}
-    sampler = CharSampler(renderer, ["My guess: 3", "9?", "It is 7!"])
+    sampler = CharSampler(renderer, ["3", "9", "7"])
     endpoint.set_sampler(sampler)
 
     ids = await run(store, guess_number_responses, [task, task])
