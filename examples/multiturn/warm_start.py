@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from typing import Any
 
 from examples.multiturn.agent import feedback, first_prompt
 
@@ -22,8 +21,7 @@ GAMES = 256
 def random_game(rng: random.Random, low: int = 1, high: int = 10, max_turns: int = 3) -> list[dict[str, str]]:
     """One game's chat: random guesses within the bounds the feedback leaves, ending on the last guess."""
     secret = rng.randint(low, high)
-    task: dict[str, Any] = {"secret": secret, "low": low, "high": high}
-    chat = [{"role": "user", "content": first_prompt(task)}]
+    chat = [{"role": "user", "content": first_prompt({"low": low, "high": high})}]
     for turn in range(max_turns):
         guess = rng.randint(low, high)
         chat.append({"role": "assistant", "content": str(guess)})
