@@ -43,7 +43,7 @@ from adapters.agl.store_process import StoreProcess
 from adapters.agl.workers import StoreWorkers
 from adapters.cookbook.env import AGLDataset, AGLDummyEnv, AGLDummyEnvGroupBuilder, read_task_file
 from adapters.cookbook.groups import CookbookGroups
-from adapters.cookbook.training import CookbookTrainingData, supervised_datum
+from adapters.cookbook.training import CookbookTrainingData, chat_datum
 from adapters.endpoint.policy_endpoint import EndpointConfig, PolicyEndpoint
 from adapters.endpoint.triplets import EndpointTraceToTriplet
 from adapters.files.run_log import CookbookMetricsLog, JsonlCheckpointLog, JsonlRolloutLog
@@ -64,7 +64,7 @@ from app.usecases.steps import (
 )
 from app.usecases.training import run_training
 from domain.batching import split_train_val
-from domain.chats import parse_chats
+from domain.chats import Chat, ChatMessage, parse_chats
 from domain.sampling import SamplingDefaults
 from domain.staleness import StalenessPolicy
 from ports.policy import LossName, Trainer
@@ -216,7 +216,7 @@ def task_datasets(
     return dataset, test_dataset
 
 
-def warm_start_chats(config: TrainConfig) -> list[list[renderers.Message]]:
+def warm_start_chats(config: TrainConfig) -> list[Chat]:
     """The supervised warm-start chats: from ``warm_start.file``, the demo's format chats, or none."""
     cfg = config.warm_start
     if cfg.steps == 0:
@@ -226,16 +226,16 @@ def warm_start_chats(config: TrainConfig) -> list[list[renderers.Message]]:
     if config.tasks != DEMO:
         return []
     n = max(cfg.batch_size * 8, 64)
-    return cast(list[list[renderers.Message]], demo_task.format_warm_start(n, seed=config.seed))
+    return [Chat(cast(list[ChatMessage], chat)) for chat in demo_task.format_warm_start(n, seed=config.seed)]
 
 
-def _read_chats(path: Path) -> list[list[renderers.Message]]:
+def _read_chats(path: Path) -> list[Chat]:
     if not path.is_file():
         raise LaunchError(f"warm-start file {path} does not exist")
     parsed = parse_chats(path.read_text(), str(path))
     if isinstance(parsed, Failure):
         raise LaunchError(str(parsed.failure()))
-    return [cast(list[renderers.Message], chat) for chat in parsed.unwrap()]
+    return list(parsed.unwrap())
 
 
 @contextlib.asynccontextmanager
@@ -561,7 +561,7 @@ async def open_run_on_store(
                 test_dataset=test_dataset,
                 checkpoints=JsonlCheckpointLog(config.log_path),
                 metrics=CookbookMetricsLog(ml_logger, config.log_path),
-                warm_start_data=[supervised_datum(chat, backend.renderer) for chat in chats],
+                warm_start_data=[chat_datum(chat, backend.renderer) for chat in chats],
                 rollout_log=JsonlRolloutLog(config.log_path) if config.save_rollouts else None,
                 transcripts=transcript_log(config, backend.renderer),
             )

@@ -46,7 +46,7 @@ from tinker_cookbook.renderers import Renderer, get_renderer
 from tinker_cookbook.rl.types import Trajectory, TrajectoryGroup, Transition
 from tinker_cookbook.tokenizer_utils import get_tokenizer
 
-from adapters.cookbook.training import CookbookTrainingData, supervised_datum
+from adapters.cookbook.training import CookbookTrainingData, chat_datum
 from adapters.local import LocalSampler, LocalTrainer
 from app.config import TrainConfig, load_config
 from app.demo.task import DigitTask, digit_reward, user_message
@@ -127,7 +127,7 @@ async def direct(config: TrainConfig) -> Outcome:
 
     started, cpu = time.perf_counter(), time.process_time()
     settings = training_settings(config)
-    warm_data = [supervised_datum(chat, renderer) for chat in warm_start_chats(config)]
+    warm_data = [chat_datum(chat, renderer) for chat in warm_start_chats(config)]
     await warm_start(trainer, warm_data, settings.warm_start, lambda _m: None)
     sampler = await trainer.sampler("direct-0")
     reference = sampler if config.kl_penalty_coef > 0 else None

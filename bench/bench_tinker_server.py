@@ -36,7 +36,7 @@ import shutil
 from tinker_cookbook.renderers import get_renderer
 from tinker_cookbook.tokenizer_utils import get_tokenizer
 
-from adapters.cookbook.training import supervised_datum
+from adapters.cookbook.training import chat_datum
 from adapters.local import LocalTrainer
 from adapters.tinker.server.skyrl import SkyrlServer, install, tiny_model_dir
 from app.config import load_config
@@ -50,7 +50,7 @@ async def warmed_up(base: Path, out: Path, seed: int) -> Path:
     trainer = LocalTrainer(base, lora_rank=0, seed=seed, checkpoint_dir=out.parent / "warm-start")
     try:
         renderer = get_renderer(config.policy.renderer_name, get_tokenizer(str(base)))
-        data = [supervised_datum(chat, renderer) for chat in warm_start_chats(config)]
+        data = [chat_datum(chat, renderer) for chat in warm_start_chats(config)]
         ws = config.warm_start
         await warm_start(trainer, data, WarmStartSettings(ws.steps, ws.batch_size, ws.learning_rate), print)
         shutil.copytree(base, out)

@@ -20,7 +20,9 @@ from tinker_cookbook.rl.types import TrajectoryGroup
 from tinker_cookbook.supervised.data import conversation_to_datum
 from tinker_cookbook.utils.misc_utils import split_list
 
+from adapters.cookbook.conversation import openai_conversation
 from adapters.tinker.backend import datum_from_tinker, datum_to_tinker
+from domain.chats import Chat
 from domain.staleness import ratio_clip_fraction
 from ports.policy import LogprobScorer, LossName, TrainingDatum
 from ports.training_data import KLPenalty
@@ -72,6 +74,11 @@ def supervised_datum(
 ) -> TrainingDatum:
     """A cross-entropy datum training on the assistant messages (weights normalised per example)."""
     return datum_from_tinker(conversation_to_datum(list(conversation), renderer, max_length))
+
+
+def chat_datum(chat: Chat, renderer: renderers.Renderer, max_length: int | None = None) -> TrainingDatum:
+    """A warm-start chat (OpenAI messages and tools) trained on the tokens the endpoint would serve it as."""
+    return supervised_datum(openai_conversation(renderer, chat.messages, chat.tools), renderer, max_length)
 
 
 def substeps(data_D: Sequence[TrainingDatum], num_substeps: int) -> list[list[TrainingDatum]]:

@@ -43,8 +43,8 @@ from litellm.types.utils import (
 from litellm.utils import custom_llm_setup
 from returns.result import Failure, Success
 from tinker_cookbook import renderers
-from tinker_cookbook.third_party.openai_compat import openai_messages_to_tinker, openai_tools_to_tinker
 
+from adapters.cookbook.conversation import openai_conversation
 from adapters.endpoint.capture import (
     RolloutCall,
     ServedTurns,
@@ -198,16 +198,7 @@ def check_messages(messages: object) -> None:
 
 def prompt_tokens(renderer: renderers.Renderer, messages: Sequence[Mapping[str, object]], tools: object) -> list[int]:
     """Render OpenAI chat messages (and tool declarations) into the generation prompt's tokens."""
-    conversation = openai_messages_to_tinker([dict(m) for m in messages])
-    if isinstance(tools, list) and tools:
-        system_prompt = ""
-        if conversation and conversation[0]["role"] == "system":
-            content = conversation[0].get("content")
-            system_prompt = content if isinstance(content, str) else ""
-            conversation = conversation[1:]
-        tool_specs = openai_tools_to_tinker(cast(list[dict[str, Any]], tools))
-        conversation = renderer.create_conversation_prefix_with_tools(tool_specs, system_prompt) + conversation
-    return renderer.build_generation_prompt(conversation).to_ints()
+    return renderer.build_generation_prompt(openai_conversation(renderer, messages, tools)).to_ints()
 
 
 def _token_logprobs(renderer: renderers.Renderer, sequence: SampledSequence) -> ChoiceLogprobs:

@@ -1,4 +1,4 @@
-"""Warm-start chats come back exactly as written; the first line that is not a chat record is named."""
+"""Warm-start chats come back exactly as written, tools too; the first line that is not a chat record is named."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from returns.result import Failure, Success
 
-from domain.chats import ChatFileError, parse_chat, parse_chats
+from domain.chats import Chat, ChatFileError, parse_chat, parse_chats
 
 json_scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=8))
 messages = st.fixed_dictionaries(
@@ -30,7 +30,7 @@ def test_chats_come_back_as_written_and_blank_lines_are_skipped(
 ) -> None:
     text = "\n".join(line for chat, blanks in written for line in [*blanks, record(chat)])
     parsed = parse_chats(text, "chats.jsonl").unwrap()
-    assert list(parsed) == [chat for chat, _ in written]
+    assert list(parsed) == [Chat(chat) for chat, _ in written]
 
 
 not_chat_records = st.sampled_from(
@@ -46,6 +46,10 @@ not_chat_records = st.sampled_from(
         '{"messages": {"role": "user"}}',
         '{"messages": [{"content": "no role"}]}',
         '{"messages": [{"role": "user"}, "text"]}',
+        '{"messages": [], "tools": {"type": "function"}}',
+        '{"messages": [], "tools": [{"type": "function", "function": {"description": "no name"}}]}',
+        '{"messages": [], "tools": [{"type": "retrieval"}]}',
+        '{"messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": {}}}]}]}',
     ]
 )
 
@@ -71,6 +75,15 @@ def test_the_first_line_that_is_not_a_chat_record_is_named(
         ('{"messages": "hi"}', "not a chat record (messages must be a list of {role, content} objects)"),
         ('{"messages": [{"content": "x"}]}', "not a chat record (messages must be a list of {role, content} objects)"),
         ("{", "not a chat record (Expecting property name enclosed in double quotes: line 1 column 2 (char 1))"),
+        (
+            '{"messages": [], "tools": ["add"]}',
+            'not a chat record (tools must be a list of {"type": "function", "function": {"name": ...}} objects)',
+        ),
+        (
+            '{"messages": [{"role": "assistant", "tool_calls": {"name": "add"}}]}',
+            "not a chat record (tool_calls must be a list of "
+            '{"function": {"name": ..., "arguments": "<json>"}} objects)',
+        ),
     ],
 )
 def test_a_line_that_is_not_a_chat_record_says_why(line: str, reason: str) -> None:
@@ -82,8 +95,20 @@ def test_a_chat_keeps_every_key_of_its_messages() -> None:
         {"role": "user", "content": "seven"},
         {"role": "assistant", "content": "7", "weight": 1},
     ]
-    assert parse_chat(record(chat)) == Success(chat)
-    assert parse_chat('{"messages": []}') == Success([])
+    assert parse_chat(record(chat)) == Success(Chat(chat))
+    assert parse_chat('{"messages": []}') == Success(Chat([]))
+
+
+def test_a_chat_in_openais_fine_tuning_format_keeps_its_tools_and_calls() -> None:
+    tools = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]
+    call = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 3, "b": 4}'}}
+    chat: list[dict[str, object]] = [
+        {"role": "user", "content": "What is 3 + 4?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "7"},
+        {"role": "assistant", "content": "7"},
+    ]
+    assert parse_chat(json.dumps({"messages": chat, "tools": tools})) == Success(Chat(chat, tools))
 
 
 @pytest.mark.parametrize("text", ["", "\n", " \n\t\n"])
