@@ -66,7 +66,8 @@ class WarmStartConfig(_Frozen):
 
     steps: int = Field(default=250, ge=0)
     file: str | None = None
-    """A ``.jsonl`` of ``{"messages": [{"role": ..., "content": ...}, ...]}``; without it only the demo warms up."""
+    """A ``.jsonl`` of ``{"messages": [...], "tools": [...]}`` (OpenAI's chat fine-tuning format, tools optional);
+    without it only the demo warms up."""
     batch_size: int = Field(default=32, ge=1)
     learning_rate: float = Field(default=1e-2, gt=0)
 

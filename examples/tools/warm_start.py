@@ -1,12 +1,13 @@
-"""Writes the calculator's one-digit questions and ``warm_start.jsonl``, exchanges that pick the tool at random.
+"""Writes the calculator's one-digit questions and ``warm_start.jsonl``, exchanges that call either tool.
 
 Every question is ``What is A + B?`` or ``What is A * B?`` with A and B from 1 to 9 (pairs where both
 operators give the same number are left out); ten of them, five of each operator, are the test set. Each
 warm-start record is a whole exchange in OpenAI's chat fine-tuning format, with the agent's ``SYSTEM`` and
-``TOOLS``: the question, a call with the question's operands to a tool drawn at random, the tool's result,
-and that result as the final answer. A supervised warm start on these teaches the call format, copying the
-operands and reporting the result; which tool an operator needs is left to RL, so the warmed-up policy
-scores about half. ``python -m examples.tools.warm_start`` rewrites the three files (seeded).
+``TOOLS``: the question, a call with the question's operands to a tool, the tool's result, and that result as
+the final answer; every question comes once with each tool. A supervised warm start on these teaches the call
+format, copying the operands and reporting the result, and no preference between the tools: which tool an
+operator needs is left to RL, so the warmed-up policy scores about half. ``python -m examples.tools.warm_start``
+rewrites the three files (seeded).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from typing import Any
 
 from examples.tools.agent import SYSTEM, TOOLS
 
-CHATS = 512
 OPERATORS = {"+": ("add", lambda a, b: a + b), "*": ("multiply", lambda a, b: a * b)}
 Question = tuple[int, str, int]
 
@@ -38,16 +38,12 @@ def task(question: Question) -> dict[str, Any]:
     return {"question": ask(question), "answer": OPERATORS[op][1](a, b)}
 
 
-def random_tool_exchange(rng: random.Random, question: Question, number: int) -> dict[str, Any]:
-    """One exchange: the question's operands sent to a random tool, whose result is the final answer."""
+def exchange(question: Question, tool: str, number: int) -> dict[str, Any]:
+    """One exchange: the question's operands sent to ``tool``, whose result is the final answer."""
     a, _op, b = question
-    name = rng.choice(["add", "multiply"])
-    result = str(a + b if name == "add" else a * b)
-    call = {
-        "id": f"call_{number}",
-        "type": "function",
-        "function": {"name": name, "arguments": json.dumps({"a": a, "b": b})},
-    }
+    result = str(a + b if tool == "add" else a * b)
+    arguments = json.dumps({"a": a, "b": b})
+    call = {"id": f"call_{number}", "type": "function", "function": {"name": tool, "arguments": arguments}}
     messages = [
         {"role": "system", "content": SYSTEM},
         {"role": "user", "content": ask(question)},
@@ -69,7 +65,9 @@ def contents() -> dict[str, list[Any]]:
     """The three files' records by file name, from a fixed seed."""
     rng = random.Random(0)
     train, test = split(rng)
-    chats = [random_tool_exchange(rng, rng.choice(questions()), number) for number in range(CHATS)]
+    pairs = [(q, tool) for q in questions() for tool in ("add", "multiply")]
+    chats = [exchange(q, tool, number) for number, (q, tool) in enumerate(pairs)]
+    rng.shuffle(chats)
     return {
         "tasks.jsonl": [task(q) for q in train],
         "test_tasks.jsonl": [task(q) for q in test],
