@@ -225,8 +225,7 @@ def warm_start_chats(config: TrainConfig) -> list[Chat]:
         return _read_chats(Path(cfg.file))
     if config.tasks != DEMO:
         return []
-    n = max(cfg.batch_size * 8, 64)
-    return [Chat(cast(list[ChatMessage], chat)) for chat in demo_task.format_warm_start(n, seed=config.seed)]
+    return [Chat(cast(list[ChatMessage], chat)) for chat in demo_task.format_warm_start(seed=config.seed)]
 
 
 def _read_chats(path: Path) -> list[Chat]:

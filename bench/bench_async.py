@@ -193,8 +193,7 @@ def latency_files(workdir: Path, variants: int, overrides: list[str]) -> list[st
     workdir.mkdir(parents=True, exist_ok=True)
     tasks = [{**t, "variant": v} for v in range(variants) for t in digit_tasks()]
     test = digit_tasks()
-    n_chats = max(base.warm_start.batch_size * 8, 64)  # as app.launch.warm_start_chats does for the demo
-    chats = format_warm_start(n_chats, seed=base.seed)
+    chats = format_warm_start(seed=base.seed)  # as app.launch.warm_start_chats does for the demo
     (workdir / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks))
     (workdir / "test.jsonl").write_text("".join(json.dumps(t) + "\n" for t in test))
     (workdir / "warm.jsonl").write_text("".join(json.dumps({"messages": c}) + "\n" for c in chats))
