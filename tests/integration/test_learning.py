@@ -71,7 +71,7 @@ CHECKS = {
     # twice the rate rose by 0.1-0.7 in 3 runs; 80 at 1e-2 by 0.6-0.8 in 4.
     "async": Check(DEMO, 80, 0.3, ("async.enabled=true", "loss_fn=ppo")),
     # LoRA rank 32, the only mode of the hosted Tinker service, on a target its adapters reach in a few batches
-    # (the reply "7" whatever the word): 0.50 -> 1.00 in 20 batches in 3 of 3 loaded runs. The demo's full mapping
+    # (the reply "7" whatever the word): 0.00 -> 1.00 in 20 batches beside another training run. The demo's mapping
     # is too close to any threshold for a retry-free check: at seed 0 LoRA rose by 0.2-0.5 in 40 batches and by
     # 0.2-0.5 in 60 (bench/README.md, the demo per seed).
     "lora": Check("tests.integration.training_agents:always_seven_agent", 20, 0.4, ("policy.lora_rank=32",)),
