@@ -32,6 +32,9 @@ class PolicyConfig(_Frozen):
     backend: Literal["local", "tinker"] = "local"
     model_path: str | None = None
     """local: a Hugging Face model directory on disk; unset builds the tiny offline model."""
+    tiny_echo_steps: int = Field(default=0, ge=0)
+    """local, tiny model: first train it this many steps to repeat chat messages (a base model that reads its
+    prompt, on which LoRA learns the demo; 300 is enough; cached per machine); 0 keeps its random weights."""
     base_model: str | None = None
     """tinker: the base model name on the service (e.g. ``Qwen/Qwen3-4B-Instruct-2507``)."""
     base_url: str | None = None

@@ -114,11 +114,11 @@ def local_model_dir(config: TrainConfig) -> Path:
         if not (path / "config.json").is_file():
             raise LaunchError(f"no Hugging Face model at {path} (expected {path / 'config.json'})")
         return path
-    from adapters.local import build_tiny_model
+    from adapters.local import cached_tiny_model
 
     path = Path(config.log_path) / "tiny-model"
     if not (path / "config.json").is_file():
-        build_tiny_model(path, seed=config.seed)
+        cached_tiny_model(path, seed=config.seed, echo_steps=config.policy.tiny_echo_steps)
     return path
 
 

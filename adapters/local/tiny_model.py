@@ -8,11 +8,13 @@ checkpoint, without the network. Everything here is deterministic given the seed
 from __future__ import annotations
 
 import argparse
+import random
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
+    import torch
     from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
 IM_START = "<|im_start|>"
@@ -97,6 +99,83 @@ def build_tokenizer(vocab_size: int = 768) -> PreTrainedTokenizerFast:
     )
 
 
+_ECHO_WORDS: tuple[str, ...] = (
+    *_NUMBER_WORDS,
+    *[
+        "hello",
+        "answer",
+        "number",
+        "guess",
+        "higher",
+        "lower",
+        "tool",
+        "call",
+        "result",
+        "think",
+        "yes",
+        "no",
+        "maybe",
+        "done",
+        "thanks",
+        "the",
+        "is",
+    ],
+    *map(str, range(10)),
+)  # fmt: skip
+
+
+def _echo_pretrain(model: Qwen3ForCausalLM, tokenizer: PreTrainedTokenizerFast, seed: int, steps: int) -> None:
+    """Teach the random model to repeat the user's words in the assistant turn (Adam, full parameters).
+
+    A pretrained LLM reads its prompt: the hidden state where it starts to answer carries what was
+    asked. A randomly initialised one barely does (at the demo's answer position the words differ by
+    ~7% of the state's norm), so the answer cannot depend on the question until training builds that,
+    which LoRA, whose adapters never touch the embeddings, did not do in 100 batches. Echoing random
+    words and digits builds it (~90%) without pairing any number word with its digit.
+    """
+    import torch
+
+    rng = random.Random(seed)
+    batch_size = 32
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the same result on any machine, and no slower on a busy one
+    cast("torch.nn.Module", model).train()
+    try:
+        for _ in range(steps):
+            _echo_step(model, tokenizer, optimizer, [_echo_text(rng) for _ in range(batch_size)])
+    finally:
+        torch.set_num_threads(threads)
+        cast("torch.nn.Module", model).eval()
+
+
+def _echo_text(rng: random.Random) -> str:
+    return " ".join(rng.choice(_ECHO_WORDS) for _ in range(rng.randint(1, 3)))
+
+
+def _echo_step(
+    model: Qwen3ForCausalLM, tokenizer: PreTrainedTokenizerFast, optimizer: torch.optim.Optimizer, texts: list[str]
+) -> None:
+    """One cross-entropy step on the assistant's reply (its words, then end of turn) of each chat."""
+    import torch
+
+    rows: list[list[int]] = []
+    masks: list[list[float]] = []
+    for text in texts:
+        prompt = tokenizer.encode(f"{IM_START}user\n{text}{IM_END}\n{IM_START}assistant\n")
+        reply = tokenizer.encode(f"{text}{IM_END}")
+        rows.append(prompt + reply)
+        masks.append([0.0] * len(prompt) + [1.0] * len(reply))
+    width = max(len(r) for r in rows)
+    ids = torch.tensor([r + [0] * (width - len(r)) for r in rows])
+    weights = torch.tensor([m + [0.0] * (width - len(m)) for m in masks])[:, 1:]
+    logprobs = torch.log_softmax(model(ids).logits[:, :-1], dim=-1).gather(-1, ids[:, 1:, None])[..., 0]
+    loss = -(logprobs * weights).sum() / weights.sum()
+    optimizer.zero_grad()
+    torch.autograd.backward(loss)
+    optimizer.step()
+
+
 def _new_model(config: Qwen3Config) -> Qwen3ForCausalLM:
     """Instantiate the model (transformers' constructor is untyped, hence the cast)."""
     from transformers import Qwen3ForCausalLM
@@ -116,13 +195,15 @@ def build_tiny_model(
     vocab_size: int = 768,
     max_position_embeddings: int = 4096,
     embedding_std: float = 0.08,
+    echo_steps: int = 0,
 ) -> Path:
     """Write a tiny, randomly initialised Qwen3 model plus tokenizer to ``out_dir``; returns it.
 
     The (tied) embeddings start at ``embedding_std``, four times the other weights' 0.02: with 0.02 a token's
     logit can never stand far above the others' without training the embeddings themselves, which LoRA never
     does, so LoRA could not learn; the larger scale is closer to a pretrained model's, and full fine-tuning
-    learns the demo more reliably on it too (bench/README.md, the demo per seed).
+    learns the demo more reliably on it too (bench/README.md, the demo per seed). With ``echo_steps`` it is then
+    trained to repeat chat messages (``_echo_pretrain``).
     """
     import torch
     from transformers import Qwen3Config
@@ -151,6 +232,7 @@ def build_tiny_model(
         model = _new_model(config)
         with torch.no_grad():
             cast(torch.nn.Embedding, model.get_input_embeddings()).weight.mul_(embedding_std / config.initializer_range)
+        _echo_pretrain(model, tokenizer, seed, echo_steps)
     finally:
         torch.random.set_rng_state(generator_state)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -159,6 +241,36 @@ def build_tiny_model(
     quiet_transformers()
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
+    return out_dir
+
+
+def cached_tiny_model(out_dir: Path, *, seed: int = 0, echo_steps: int = 0) -> Path:
+    """``build_tiny_model(out_dir, seed=seed, echo_steps=echo_steps)``; an echo-pretrained one is copied from this
+    machine's cache, built there once per seed, steps and version of this module (the pretraining takes
+    ~10-20 s on two cores, which every run would pay)."""
+    if echo_steps == 0:
+        return build_tiny_model(out_dir, seed=seed)
+    import hashlib
+    import shutil
+    import tempfile
+
+    from adapters.cache import cache_root
+
+    version = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+    cached = cache_root() / "tiny-models" / f"{version}-seed{seed}-echo{echo_steps}"
+    if not (cached / "config.json").is_file():
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{cached.name}-", dir=cached.parent))
+        try:
+            build_tiny_model(staging / "model", seed=seed, echo_steps=echo_steps)
+            try:
+                (staging / "model").rename(cached)  # atomic; another process may have won the race
+            except OSError:
+                if not (cached / "config.json").is_file():
+                    raise
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(cached, out_dir, dirs_exist_ok=True)
     return out_dir
 
 

@@ -43,7 +43,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-CACHE_ENV = "AGL_TINKER_CACHE"
+from adapters.cache import cache_root
+
 BASE_PYTHON_ENV = "AGL_TINKER_AGENT_PYTHON"
 """Overrides the interpreter the environments are made from (default: this one's base interpreter)."""
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -87,11 +88,6 @@ class AgentEnv:
     """The environment was built by this call (else it came from the cache)."""
     project_installed: bool
     """This project was (re)installed into it by this call."""
-
-
-def cache_root() -> Path:
-    configured = os.environ.get(CACHE_ENV, "").strip()
-    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "agl-tinker"
 
 
 def base_python() -> str:

@@ -29,10 +29,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from adapters.cache import cache_root
+
 SKYRL_VERSION = "0.4.0"
 REQUIREMENTS = (f"skyrl[tinker,jax]=={SKYRL_VERSION}", "aiohttp", "uv")
 """``aiohttp`` is imported by SkyRL's API but not declared; ``uv`` launches its engine."""
-CACHE_ENV = "AGL_TINKER_CACHE"
 PYTHON_ENV = "AGL_TINKER_PYTHON312"
 MAX_LORA_ADAPTERS = 16
 MAX_LORA_RANK = 32
@@ -42,12 +43,8 @@ class ServerSetupError(RuntimeError):
     """SkyRL could not be installed or started; the message says which step and why."""
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "agl-tinker")
-
-
 def venv_dir() -> Path:
-    return cache_dir() / f"skyrl-{SKYRL_VERSION}"
+    return cache_root() / f"skyrl-{SKYRL_VERSION}"
 
 
 def _runs(python: str, env: dict[str, str] | None = None) -> bool:
