@@ -2,4 +2,5 @@
 
 Provides ``ports.run_log``: ``CheckpointLog``, ``MetricsLog`` and ``RolloutLog`` in tinker-cookbook's
 formats (``run_log``), ``TranscriptLog`` as HTML pages on the cookbook's logtree (``transcripts``).
+``cache`` names the per-machine cache that agent environments, SkyRL and built tiny models share.
 """

@@ -254,7 +254,7 @@ def cached_tiny_model(out_dir: Path, *, seed: int = 0, echo_steps: int = 0) -> P
     import shutil
     import tempfile
 
-    from adapters.cache import cache_root
+    from adapters.files.cache import cache_root
 
     version = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
     cached = cache_root() / "tiny-models" / f"{version}-seed{seed}-echo{echo_steps}"

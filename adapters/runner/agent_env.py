@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from adapters.cache import cache_root
+from adapters.files.cache import cache_root
 
 BASE_PYTHON_ENV = "AGL_TINKER_AGENT_PYTHON"
 """Overrides the interpreter the environments are made from (default: this one's base interpreter)."""

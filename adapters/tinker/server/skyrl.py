@@ -29,7 +29,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from adapters.cache import cache_root
+from adapters.files.cache import cache_root
 
 SKYRL_VERSION = "0.4.0"
 REQUIREMENTS = (f"skyrl[tinker,jax]=={SKYRL_VERSION}", "aiohttp", "uv")
