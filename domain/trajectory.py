@@ -9,7 +9,8 @@ The rules, each a fix of the original Agent-lightning example:
   trajectory's total reward (what GRPO advantages use) is the same as the agent's.
 * ``episode_done`` marks the last *kept* transition, exactly once per non-empty trajectory.
 * A missing reward is an explicit policy: ``RewardPolicy.missing_reward`` for turns without one
-  (0.0 by default, as the original), and the trajectory is flagged when the final turn has none.
+  (0.0 by default, as the original), and the trajectory is flagged when the final turn has none:
+  the call made last, by call order (``sequence_id``), which is not the last listed with parallel calls.
 * Each transition keeps the policy version that sampled it (when the source said), so an
   asynchronous trainer can measure how far off-policy the trajectory is.
 """
@@ -24,6 +25,7 @@ from returns.pipeline import is_successful
 from returns.result import Failure, Success
 
 from domain.rejections import RejectionReason, TripletRejection
+from domain.reward_order import last_in_call_order
 from domain.triplets import RawTriplet, parse_reward, parse_triplet
 
 METRIC_FINAL_STEP = "reward/final_step"
@@ -66,7 +68,9 @@ class ReconstructedTrajectory:
     n_triplets: int
     """How many triplets the adapter produced (kept + rejected)."""
     final_reward_missing: bool
-    """True when the rollout's last triplet carried no usable reward (or there was no triplet)."""
+    """True when the rollout's last call carried no usable reward (or there was no triplet). The last call is the
+    one made last (highest ``sequence_id`` in the triplets' metadata), not the last listed: triplets of parallel
+    calls come in branch order."""
 
     @property
     def total_reward(self) -> float:
@@ -92,6 +96,12 @@ class ReconstructedTrajectory:
 
 
 EMPTY_TRAJECTORY = ReconstructedTrajectory(transitions=(), rejections=(), n_triplets=0, final_reward_missing=True)
+
+
+def _sequence_id(metadata: object) -> int | None:
+    """The call's place in the rollout's order (the store's span sequence id), where the source gave it."""
+    value = metadata.get("sequence_id") if isinstance(metadata, Mapping) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _usable_reward(raw: object) -> float | None:
@@ -131,13 +141,14 @@ def reconstruct_trajectory(
                 # A rejected turn's finite reward still belongs to the trajectory's return.
                 orphan_reward += _usable_reward(triplet.reward) or 0.0
 
-    final_reward = _usable_reward(triplets_T[-1].reward) if triplets_T else None
+    last = last_in_call_order([_sequence_id(t.metadata) for t in triplets_T])
+    final_reward = _usable_reward(triplets_T[last].reward) if last is not None else None
     if kept:
-        last = kept[-1]
-        metrics = dict(last.metrics)
+        closing = kept[-1]
+        metrics = dict(closing.metrics)
         if final_reward is not None:
             metrics[METRIC_FINAL_STEP] = final_reward
-        kept[-1] = replace(last, reward=last.reward + orphan_reward, episode_done=True, metrics=metrics)
+        kept[-1] = replace(closing, reward=closing.reward + orphan_reward, episode_done=True, metrics=metrics)
     return ReconstructedTrajectory(
         transitions=tuple(kept),
         rejections=tuple(rejections),

@@ -49,10 +49,9 @@ class RolloutRequest:
 
 @dataclass(frozen=True, slots=True)
 class TakenRollout:
-    """A rollout a runner has taken: when its current attempt started and which worker runs it."""
+    """A rollout a runner has taken, and which worker runs it (when it started is timed by the caller's own clock:
+    the store's may be another machine's)."""
 
-    started_at: float
-    """Store's wall-clock time (seconds since the epoch) at which the attempt started."""
     worker_id: str | None
 
 

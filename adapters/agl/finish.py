@@ -13,7 +13,7 @@ reader of the terminal status finds them). A runner attached to any other Agent-
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, Literal
 
 import aiohttp
@@ -40,6 +40,8 @@ class FinishedAttempt(BaseModel):
     status: AttemptEnd
     spans: list[dict[str, Any]]
     """``Span.model_dump(mode="json")`` of each span, in the order they were made."""
+    numbered: list[int] = []
+    """Indices of the spans the store numbered when they were emitted (rewards): they keep their sequence id."""
 
 
 def serve_finish(server: LightningStoreServer) -> LightningStoreServer:
@@ -51,12 +53,20 @@ def serve_finish(server: LightningStoreServer) -> LightningStoreServer:
         # The server's own methods: they take its lock when its store is not thread-safe.
         stored = 0
         if body.spans:
-            ids = await server.get_many_span_sequence_ids([(body.rollout_id, body.attempt_id)] * len(body.spans))
+            kept = set(body.numbered)
+            fresh = [i for i in range(len(body.spans)) if i not in kept]
+            ids = await server.get_many_span_sequence_ids([(body.rollout_id, body.attempt_id)] * len(fresh))
+            numbers = dict(zip(fresh, ids, strict=True))
             spans = [
                 Span.model_validate(
-                    {**span, "rollout_id": body.rollout_id, "attempt_id": body.attempt_id, "sequence_id": seq}
+                    {
+                        **span,
+                        "rollout_id": body.rollout_id,
+                        "attempt_id": body.attempt_id,
+                        "sequence_id": numbers.get(i, span.get("sequence_id")),
+                    }
                 )
-                for span, seq in zip(body.spans, ids, strict=True)
+                for i, span in enumerate(body.spans)
             ]
             stored = len(await server.add_many_spans(spans))
         await server.update_attempt(body.rollout_id, body.attempt_id, status=body.status)
@@ -74,8 +84,19 @@ class FinishingClient:
         self._route: bool | None = None
         """Whether the server answers ``FINISH_PATH``; unknown until the first call."""
 
-    async def finish(self, rollout_id: str, attempt_id: str, spans: Sequence[Span], status: AttemptEnd) -> None:
-        """Store ``spans`` (their sequence ids replaced by the store's), then mark the attempt ``status``."""
+    async def finish(
+        self,
+        rollout_id: str,
+        attempt_id: str,
+        spans: Sequence[Span],
+        status: AttemptEnd,
+        numbered: Collection[int] = (),
+    ) -> None:
+        """Store ``spans``, then mark the attempt ``status``.
+
+        Each span gets the store's next sequence id, except those at the indices ``numbered``, which the
+        store numbered already when they were emitted.
+        """
         if self._route is not False:
             # A plain dict, not ``FinishedAttempt.model_dump``: that would turn an agent's NaN reward into
             # null, which no span attribute accepts; each span's own dump keeps it, as the stock client sends it.
@@ -84,6 +105,7 @@ class FinishingClient:
                 "attempt_id": attempt_id,
                 "status": status,
                 "spans": [span.model_dump(mode="json") for span in spans],
+                "numbered": sorted(numbered),
             }
             try:
                 await self._client._request_json("post", FINISH_ROUTE, json=body)
@@ -95,14 +117,20 @@ class FinishingClient:
                 self._route = False
                 url = self._client.server_address
                 logger.info("the store at %s has no batched finish; writing spans one by one", url)
-        await self._stock(rollout_id, attempt_id, spans, status)
+        await self._stock(rollout_id, attempt_id, spans, status, frozenset(numbered))
 
-    async def _stock(self, rollout_id: str, attempt_id: str, spans: Sequence[Span], status: AttemptEnd) -> None:
+    async def _stock(
+        self, rollout_id: str, attempt_id: str, spans: Sequence[Span], status: AttemptEnd, numbered: frozenset[int]
+    ) -> None:
         if spans:
-            ids = await self._client.get_many_span_sequence_ids([(rollout_id, attempt_id)] * len(spans))
-            for span, seq in zip(spans, ids, strict=True):
+            fresh = [i for i in range(len(spans)) if i not in numbered]
+            ids = await self._client.get_many_span_sequence_ids([(rollout_id, attempt_id)] * len(fresh))
+            numbers = dict(zip(fresh, ids, strict=True))
+            for i, span in enumerate(spans):
                 try:
-                    await self._client.add_span(span.model_copy(update={"sequence_id": seq}))
+                    await self._client.add_span(
+                        span.model_copy(update={"sequence_id": numbers.get(i, span.sequence_id)})
+                    )
                 except ValidationError:
                     # Stored; only the server's echo failed to parse: JSON turns a NaN reward into null. The
                     # NaN itself is the agent's, and reconstruction rejects and counts it.

@@ -190,7 +190,7 @@ class AglRolloutStore:
             found = await self._call(lambda: asyncio.gather(*(self.store.get_rollout_by_id(rid) for rid in ids)))
             rollouts = [r for r in found if r is not None]
         return {
-            r.rollout_id: TakenRollout(started_at=r.attempt.start_time, worker_id=r.attempt.worker_id)
+            r.rollout_id: TakenRollout(worker_id=r.attempt.worker_id)
             for r in rollouts
             if isinstance(r, AttemptedRollout) and r.status not in _QUEUED
         }

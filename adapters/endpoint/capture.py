@@ -4,8 +4,9 @@ The endpoint knows exactly which tokens it rendered and sampled, so it is the so
 for training: each completion served under a rollout's URL (``.../rollout/<id>/attempt/<id>/v1``,
 which Agent-lightning's ``LLMProxy`` turns into ``x-rollout-id``/``x-attempt-id``/``x-sequence-id``
 headers) becomes an ``agl_tinker.completion`` span in the store, with the prompt and sampled token
-ids, logprobs, policy version and finish reason. It is written before the agent gets the reply, so
-it is in the store before the rollout can finish. ``adapters.endpoint.triplets`` reads them back.
+ids, logprobs, policy version and finish reason. It is numbered (the store's span sequence id) and
+written once sampled, before the agent gets the reply, so it is in the store before the rollout can
+finish and numbered below every reward the agent emits after reading it. ``adapters.endpoint.triplets`` reads them back.
 
 The served turns of each rollout are also kept here, until the loop forgets the finished rollout, so
 the next turn's prompt can extend them token for token (``domain.multiturn``).
@@ -48,7 +49,8 @@ class RolloutCall:
 
     rollout_id: str
     attempt_id: str
-    sequence_id: int
+    sequence_id: int = 0
+    """The store's span sequence id, taken once the reply is sampled (0 until then)."""
 
 
 def rollout_call(litellm_params: object) -> RolloutCall | None:

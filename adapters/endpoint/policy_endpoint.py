@@ -144,6 +144,7 @@ class PolicyEndpoint:
             PolicySnapshot(sampler=sampler, defaults=self._config.defaults, version=0),
             request_timeout_s=self._config.request_timeout_s,
             recorder=store.add_span,
+            sequence_ids=store.get_next_span_sequence_id,
         )
         self._proxy: LLMProxy | None = None
         self._lean: LeanServer | None = None

@@ -345,8 +345,10 @@ class PolicyProvider(CustomLLM):
         bridge: LoopBridge | None = None,
         request_timeout_s: float = 300.0,
         recorder: Callable[[Span], Coroutine[object, object, object]] | None = None,
+        sequence_ids: Callable[[str, str], Coroutine[object, object, int]] | None = None,
     ) -> None:
-        """``recorder`` stores each completion record (``LightningStore.add_span``), on the owner loop."""
+        """``recorder`` stores each completion record (``LightningStore.add_span``), on the owner loop;
+        ``sequence_ids`` numbers it (``LightningStore.get_next_span_sequence_id``) once it is sampled."""
         super().__init__()
         self._renderer = renderer
         self._renderer_stops = renderer.get_stop_sequences()
@@ -355,6 +357,7 @@ class PolicyProvider(CustomLLM):
         self._request_timeout_s = request_timeout_s
         self._lock = threading.Lock()
         self._recorder = recorder
+        self._sequence_ids = sequence_ids
         self._served = ServedTurns()
         self._end_of_turn = frozenset(s for s in self._renderer_stops if isinstance(s, int))
         self._counters: Counter[str] = Counter()
@@ -492,6 +495,8 @@ class PolicyProvider(CustomLLM):
             self._count("capture/unattributed")
             return response
         self._count(f"prefix/{prefix}")
+        call = await self._numbered(call)
+        spans: list[Span] = []
         for index, (sequence, reply) in enumerate(zip(sequences, response.choices, strict=True)):
             # Every choice is served and recorded; which one the agent kept shows when a later turn
             # continues it (``domain.multiturn.kept_choices``), and only that one is trained.
@@ -507,22 +512,24 @@ class PolicyProvider(CustomLLM):
                     choice=index,
                 ),
             )
-            span = completion_span(
-                call,
-                model=model,
-                prompt=tokens_P,
-                sampled=sequence.tokens,
-                logprobs=sequence.logprobs,
-                finish_reason=str(reply.finish_reason),
-                policy_version=snapshot.version,
-                prefix=prefix,
-                start_time=started,
-                choice=index,
-                n_choices=len(sequences),
-                extends=extends,
-                response_id=response.id,
+            spans.append(
+                completion_span(
+                    call,
+                    model=model,
+                    prompt=tokens_P,
+                    sampled=sequence.tokens,
+                    logprobs=sequence.logprobs,
+                    finish_reason=str(reply.finish_reason),
+                    policy_version=snapshot.version,
+                    prefix=prefix,
+                    start_time=started,
+                    choice=index,
+                    n_choices=len(sequences),
+                    extends=extends,
+                    response_id=response.id,
+                )
             )
-            await self._record(span)
+        await self._record(spans)
         return response
 
     def _rendered(self, messages: Sequence[Mapping[str, object]], tools: object) -> list[int]:
@@ -580,22 +587,45 @@ class PolicyProvider(CustomLLM):
         except TimeoutError as error:
             raise SamplingTimeout(f"sampling took longer than {self._request_timeout_s} s") from error
 
-    async def _record(self, span: Span) -> None:
-        """Store the completion record before the agent sees the reply; a failure is counted, not raised."""
+    async def _numbered(self, call: RolloutCall) -> RolloutCall:
+        """``call`` with the store's next sequence id for its rollout, taken now that the reply is sampled.
+
+        Rewards take theirs when emitted, so a reward numbered above this call came after the agent had
+        its reply, on any machine's clock (``domain.reward_order``). Without the number (no store, or it
+        failed) the call keeps the one it came with.
+        """
+        sequence_ids = self._sequence_ids
+        if sequence_ids is None:
+            return call
+
+        def take() -> Coroutine[object, object, int]:
+            return sequence_ids(call.rollout_id, call.attempt_id)
+
+        try:
+            return replace(call, sequence_id=await self._on_owner_loop(take))
+        except Exception as error:  # the store's own errors vary by backend; the reply must still go out
+            self._count("capture/unnumbered")
+            logger.warning("could not number the completion of rollout %s: %s", call.rollout_id, error)
+            return call
+
+    async def _record(self, spans: Sequence[Span]) -> None:
+        """Store the completion records before the agent sees the reply; a failure is counted, not raised."""
         recorder = self._recorder
-        if recorder is None:
+        if recorder is None or not spans:
             return
 
-        def write() -> Coroutine[object, object, object]:
-            return recorder(span)
+        async def write() -> None:
+            for span in spans:
+                await recorder(span)
 
         try:
             await self._on_owner_loop(write)
         except Exception as error:  # the store's own errors vary by backend; the reply must still go out
             self._count("capture/failed")
-            logger.warning("could not record the completion of rollout %s: %s", span.rollout_id, error)
+            logger.warning("could not record the completion of rollout %s: %s", spans[0].rollout_id, error)
         else:
-            self._count("capture/recorded")
+            for _ in spans:
+                self._count("capture/recorded")
 
 
 async def _sample(sampler: Sampler, tokens_P: Sequence[int], request: SamplingRequest) -> Sequence[SampledSequence]:

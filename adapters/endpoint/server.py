@@ -5,8 +5,8 @@ that owns the samplers, so a request never crosses a thread or a second loop. Ro
 
 - ``POST /v1/chat/completions`` and ``/chat/completions``, also under
   ``/rollout/{rollout_id}/attempt/{attempt_id}`` (the ``ProxyLLM.get_base_url`` form): a request
-  there gets the attempt's next span sequence id from the store and is recorded as that rollout's
-  completion, as Agent-lightning's ``LLMProxy`` middleware does;
+  there is recorded as that rollout's completion, numbered with the attempt's next span sequence id
+  once sampled (``PolicyProvider._numbered``);
 - ``POST /v1/responses`` and ``/responses`` (OpenAI's Responses API), under the same prefixes:
   translated to the chat path (``adapters.endpoint.responses``), so recorded and continued alike;
 - ``GET /v1/models`` and ``/models`` under the same prefixes, and ``/health/liveliness``.
@@ -240,7 +240,7 @@ def build_app(
     model_name: str,
     failures: RequestFailures | None = None,
 ) -> Starlette:
-    """The Starlette app over ``provider``; ``store`` allocates the span sequence ids of rollout calls.
+    """The Starlette app over ``provider``; without a ``store`` no call is a rollout's (nothing is recorded).
 
     ``failures`` counts every error answered (by status, method and route).
     """
@@ -265,9 +265,8 @@ def build_app(
         path_params = request.path_params
         if not path_params or store is None:
             return None
-        rollout_id, attempt_id = str(path_params["rollout_id"]), str(path_params["attempt_id"])
-        sequence_id = await store.get_next_span_sequence_id(rollout_id, attempt_id)
-        return RolloutCall(rollout_id=rollout_id, attempt_id=attempt_id, sequence_id=sequence_id)
+        # Numbered by the provider once sampled (``PolicyProvider._numbered``), not on arrival.
+        return RolloutCall(rollout_id=str(path_params["rollout_id"]), attempt_id=str(path_params["attempt_id"]))
 
     def model_of(params: Mapping[str, object]) -> str:
         model = params.get("model")

@@ -13,11 +13,14 @@ parallel calls of one rollout merge the same way whatever order they finished in
 
 Rewards come from the agent's reward spans (``agl.emit_reward`` or a returned float). Agent-lightning's
 ``TracerTraceToTriplet`` (``RewardMatchPolicy.FIRST_OCCURRENCE``) gives each reward to the latest LLM
-call that ended before it, and drops a second reward for the same call. Here each reward goes to
-the latest *trained* completion that ended before the reward started, and several rewards for one
-completion add up (two ``agl.emit_reward(0.5)`` after one call: 1.0). A reward with no trained
-completion before it (emitted before the first call ended, or after only untrained choices) is
-counted in ``unattributed_rewards`` and logged, never silently dropped.
+call that ended before it, by the clock, and drops a second reward for the same call. Here each reward
+goes to the latest *trained* completion numbered below it in the store's span sequence, which the
+endpoint and the runner share whatever their clocks say (``domain.reward_order``), and several rewards
+for one completion add up (two ``agl.emit_reward(0.5)`` after one call: 1.0). A reward with no trained
+completion before it (emitted before the first call ended, or after only untrained choices) stays in
+the return: it goes to the earliest trained completion, and is counted and logged. A reward the runner
+could not number when it was emitted is placed by its number at the rollout's end and counted
+(``rewards/n_order_unknown``).
 
 Where the agent's client also traced a policy call with token ids (the ``openai`` client through
 the AgentOps tracer), those ids are checked against the records: a traced reply that matches no
@@ -58,12 +61,15 @@ from adapters.endpoint.capture import (
 )
 from domain.agent_match import AgentCalls, CallVerdict, PolicyCall, TraceSpan, call_agents, judge
 from domain.multiturn import ServedChoice, kept_choices
+from domain.reward_order import NumberedCall, NumberedReward, RewardAttribution, attribute_rewards
 
 logger = logging.getLogger(__name__)
 CLIENT_LLM_CALL = re.compile(r"openai\.chat\.completion")
 CLIENT_RESPONSE_IDS = "response_token_ids"
 CLIENT_RESPONSE_ID = ("gen_ai.response.id", "agentlightning.operation.output.id")
 """Where a client-side LLM-call span keeps the response id (what Agent-lightning's dedup reads)."""
+REWARD_ORDER_UNKNOWN = "agl_tinker.reward_order_unknown"
+"""Set on a reward span the runner could not number when it was emitted (it was numbered at the rollout's end)."""
 
 
 def _time(value: float | None) -> float:
@@ -84,7 +90,8 @@ class EndpointTraceToTriplet(TraceToTripletBase):
         self.unkept_choices = 0
         """Choices of ``n > 1`` requests the agent did not continue (never trained), so far."""
         self.unattributed_rewards = 0
-        """Rewards with no trained completion before them, so far."""
+        """Rewards with no trained completion before them, so far (kept in the return: see ``match_rewards``)."""
+        self._counts = RewardCounts()
 
     def adapt(self, source: Sequence[Span], /) -> list[Triplet]:
         spans = list(source)
@@ -100,13 +107,17 @@ class EndpointTraceToTriplet(TraceToTripletBase):
         completions = [records[c] for c in kept.trained]
         if self.agent_match is not None:
             completions = self.agent_match.trained(completions, spans)
-        rewards, unattributed = match_rewards(spans, completions)
+        attribution = match_rewards(spans, completions)
+        rewards = attribution.rewards
+        self._counts.add(attribution, order_unknown=_order_unknown(spans))
+        unattributed = attribution.before_first_call + attribution.without_call
         if unattributed:
             self.unattributed_rewards += unattributed
             logger.warning(
-                "rollout %s: %d reward(s) emitted before any trained completion ended",
+                "rollout %s: %d reward(s) emitted before any trained completion ended%s",
                 spans[0].rollout_id if spans else "?",
                 unattributed,
+                " (kept in the return, on the first trained completion)" if completions else "",
             )
         return [
             Triplet(
@@ -128,8 +139,11 @@ class EndpointTraceToTriplet(TraceToTripletBase):
         ]
 
     def take_metrics(self) -> dict[str, float]:
-        """``agent_match/calls_*`` since the last call (none without ``agent_match``); warns when it trained none."""
-        return self.agent_match.take_metrics() if self.agent_match is not None else {}
+        """``rewards/n_*`` (how rewards were placed) and ``agent_match/calls_*`` (with ``agent_match``) since the
+        last call; warns when ``agent_match`` trained no call."""
+        counts, self._counts = self._counts, RewardCounts()
+        matched = self.agent_match.take_metrics() if self.agent_match is not None else {}
+        return {**counts.metrics(), **matched}
 
     def _check_client_spans(self, spans: Sequence[Span], completions: Sequence[Span]) -> None:
         recorded = {tuple(_ints(c.attributes.get(RESPONSE_IDS))) for c in completions}
@@ -163,26 +177,51 @@ def _floats(value: object) -> Sequence[object]:
     return value if isinstance(value, list | tuple) else ()
 
 
-def match_rewards(spans: Sequence[Span], completions: Sequence[Span]) -> tuple[dict[str, float], int]:
-    """Reward per trained completion span id, and how many rewards had no trained completion before them.
+def match_rewards(spans: Sequence[Span], completions: Sequence[Span]) -> RewardAttribution:
+    """The reward each trained completion earned, placed by store sequence ids (``domain.reward_order``).
 
-    Spans are walked by start time; each reward goes to the trained completion that ended last at or
-    before the reward started (ties: the later request), and rewards for the same completion add up.
+    A completion record is numbered once sampled, before the agent gets the reply; a reward span is
+    numbered when emitted (both runners this project supports: the concurrent runner numbers it then,
+    Agent-lightning's stores each span as it ends), or at the rollout's end when the agent returned it.
     """
-    by_id = {s.span_id: s for s in completions}
-    rewards: dict[str, float] = {}
-    unattributed = 0
-    for span in spans:
-        value = get_reward_value(span)
-        if value is None or span.span_id in by_id:
-            continue
-        before = [c for c in completions if _time(c.end_time) <= _time(span.start_time)]
-        if not before:
-            unattributed += 1
-            continue
-        latest = max(before, key=lambda c: (_time(c.end_time), c.sequence_id))
-        rewards[latest.span_id] = rewards.get(latest.span_id, 0.0) + value
-    return rewards, unattributed
+    ids = {s.span_id for s in completions}
+    calls = [
+        NumberedCall(key=c.span_id, sequence_id=c.sequence_id, choice=_choice(c.attributes.get(CHOICE)))
+        for c in completions
+    ]
+    rewards = [
+        NumberedReward(sequence_id=span.sequence_id, value=value)
+        for span in spans
+        if span.span_id not in ids and (value := get_reward_value(span)) is not None
+    ]
+    return attribute_rewards(calls, rewards)
+
+
+def _choice(value: object) -> int:
+    return value if isinstance(value, int) else 0
+
+
+def _order_unknown(spans: Sequence[Span]) -> int:
+    return sum(1 for s in spans if s.attributes.get(REWARD_ORDER_UNKNOWN) is True and get_reward_value(s) is not None)
+
+
+class RewardCounts:
+    """How rewards were placed since the metrics were last taken."""
+
+    def __init__(self) -> None:
+        self.before_first_call = self.without_call = self.order_unknown = 0
+
+    def add(self, attribution: RewardAttribution, *, order_unknown: int) -> None:
+        self.before_first_call += attribution.before_first_call
+        self.without_call += attribution.without_call
+        self.order_unknown += order_unknown
+
+    def metrics(self) -> dict[str, float]:
+        return {
+            "rewards/n_before_first_call": float(self.before_first_call),
+            "rewards/n_without_trained_call": float(self.without_call),
+            "rewards/n_order_unknown": float(self.order_unknown),
+        }
 
 
 class AgentMatchCount:

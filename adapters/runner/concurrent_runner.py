@@ -28,7 +28,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -36,7 +36,7 @@ from typing import Any
 
 import opentelemetry.trace as trace_api
 from agentlightning import AttemptedRollout, LightningStore, LightningStoreClient, LitAgent, Span
-from agentlightning.emitter.reward import emit_reward
+from agentlightning.emitter.reward import emit_reward, get_reward_value
 from agentlightning.execution import MultiprocessingEvent, ThreadingEvent
 from agentlightning.tracer import OtelTracer
 from agentlightning.tracer.base import clear_active_tracer, get_active_tracer, set_active_tracer
@@ -61,7 +61,87 @@ class _Scope:
 
     rollout_id: str
     attempt_id: str
+    store: LightningStore | None = None
     spans: list[ReadableSpan] = field(default_factory=list)
+    numbers: dict[int, int] = field(default_factory=dict)
+    """Sequence ids the store gave spans as they ended (rewards), by index in ``spans``."""
+
+    def add(self, span: ReadableSpan) -> None:
+        if self.store is not None and _is_reward(span):
+            number = _store_number(self.store, self.rollout_id, self.attempt_id)
+            if number is None:
+                span = _order_unknown(span)
+            else:
+                self.numbers[len(self.spans)] = number
+        self.spans.append(span)
+
+
+REWARD_ORDER_UNKNOWN = "agl_tinker.reward_order_unknown"
+"""Marks a reward the store could not number when it was emitted (``adapters.endpoint.triplets`` counts it)."""
+NUMBER_TIMEOUT_S = 10.0
+
+
+def _is_reward(span: ReadableSpan) -> bool:
+    return get_reward_value(span) is not None
+
+
+class _NumberingLoop:
+    """An event loop on a thread of its own, where a span's sequence id is taken while the agent waits.
+
+    ``on_end`` runs inside the agent's code (``agl.emit_reward``), often on the runner's own event loop,
+    which cannot wait on itself; Agent-lightning's ``LightningSpanProcessor`` writes spans the same way.
+    """
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock = threading.Lock()
+
+    def run(self, make: Callable[[], Coroutine[object, object, int]], timeout: float) -> int:
+        loop = self._started()
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("a span ended on the numbering loop itself")
+        return asyncio.run_coroutine_threadsafe(make(), loop).result(timeout)
+
+    def _started(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                self._thread = threading.Thread(target=loop.run_forever, name="agl-tinker-numbering", daemon=True)
+                self._thread.start()
+                self._loop = loop
+            return self._loop
+
+
+_numbering = _NumberingLoop()
+
+
+def _store_number(store: LightningStore, rollout_id: str, attempt_id: str) -> int | None:
+    """The store's next sequence id for the attempt, taken now (the agent waits a round trip); ``None`` on failure."""
+    try:
+        return _numbering.run(lambda: store.get_next_span_sequence_id(rollout_id, attempt_id), NUMBER_TIMEOUT_S)
+    except Exception as error:
+        logger.warning(
+            "rollout %s: a reward could not be numbered when emitted (%s); its order is unknown", rollout_id, error
+        )
+        return None
+
+
+def _order_unknown(span: ReadableSpan) -> ReadableSpan:
+    attributes = {**(span.attributes or {}), REWARD_ORDER_UNKNOWN: True}
+    return ReadableSpan(
+        name=span.name,
+        context=span.context,
+        parent=span.parent,
+        resource=span.resource,
+        attributes=attributes,
+        events=span.events,
+        links=span.links,
+        kind=span.kind,
+        status=span.status,
+        start_time=span.start_time,
+        end_time=span.end_time,
+        instrumentation_scope=span.instrumentation_scope,
+    )
 
 
 _current_scope: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar("agl_tinker_rollout", default=None)
@@ -91,7 +171,7 @@ class _ScopedSpanProcessor(SpanProcessor):
                         logger.warning("a span (%s) ended outside any rollout's context: dropped", span.name)
                     return
             scope = only
-        scope.spans.append(span)
+        scope.add(span)
 
 
 class ConcurrentTracer(OtelTracer):  # type: ignore[misc]  # agentlightning is untyped
@@ -137,10 +217,14 @@ class ConcurrentTracer(OtelTracer):  # type: ignore[misc]  # agentlightning is u
         rollout_id: str | None = None,
         attempt_id: str | None = None,
     ) -> AsyncGenerator[trace_api.Tracer, None]:
-        """Collect the spans ended in this task (and the tasks and threads it starts) for one attempt."""
+        """Collect the spans ended in this task (and the tasks and threads it starts) for one attempt.
+
+        With ``store``, a reward takes the store's next sequence id as it is emitted, so it is ordered
+        after the calls whose replies the agent had read, on any clock (``domain.reward_order``).
+        """
         if rollout_id is None or attempt_id is None:
             raise ValueError("a concurrent trace context needs the rollout and attempt ids")
-        scope = _Scope(rollout_id, attempt_id)
+        scope = _Scope(rollout_id, attempt_id, store)
         token = _current_scope.set(scope)
         self._activate(scope)
         try:
@@ -175,6 +259,12 @@ class ConcurrentTracer(OtelTracer):  # type: ignore[misc]  # agentlightning is u
         """The OpenTelemetry spans ended so far in the current rollout's context."""
         scope = _current_scope.get()
         return list(scope.spans) if scope is not None else []
+
+    @staticmethod
+    def scope_numbers() -> dict[int, int]:
+        """The sequence ids the store gave spans as they ended, by index in ``scope_spans()``."""
+        scope = _current_scope.get()
+        return dict(scope.numbers) if scope is not None else {}
 
 
 _shared_tracer: ConcurrentTracer | None = None
@@ -312,16 +402,17 @@ class ConcurrentRunner:
         rollout_id, attempt_id = rollout.rollout_id, rollout.attempt.attempt_id
         status = "failed"
         traced: list[ReadableSpan] = []
+        numbers: dict[int, int] = {}
         spans: list[Span | SpanCoreFields | ReadableSpan] = []
         try:
             resources = await self._resources_of(rollout)
             if resources is None:
                 raise RuntimeError(f"resources {rollout.resources_id!r} of rollout {rollout_id} are not in the store")
-            async with self._tracer.trace_context(rollout_id=rollout_id, attempt_id=attempt_id):
+            async with self._tracer.trace_context(store=self._store, rollout_id=rollout_id, attempt_id=attempt_id):
                 try:
                     result = await self._call_agent(rollout, resources)
                 finally:
-                    traced = ConcurrentTracer.scope_spans()
+                    traced, numbers = ConcurrentTracer.scope_spans(), ConcurrentTracer.scope_numbers()
             spans = [*traced, *_as_spans(result, rollout)]
             status = "succeeded"
         except asyncio.CancelledError:
@@ -330,7 +421,7 @@ class ConcurrentRunner:
         except Exception as error:
             self._log_agent_failure(rollout_id, error)
             spans = list(traced)  # what it emitted before failing stays in its trace
-        await self._finish(rollout, spans, status)
+        await self._finish(rollout, spans, status, numbers)
 
     def _log_agent_failure(self, rollout_id: str, error: Exception) -> None:
         """The traceback the first time an error is seen in this runner, one line each time it repeats."""
@@ -373,9 +464,16 @@ class ConcurrentRunner:
             os._exit(HUNG_EXIT_CODE)
 
     async def _finish(
-        self, rollout: AttemptedRollout, made: Sequence[Span | SpanCoreFields | ReadableSpan], status: str
+        self,
+        rollout: AttemptedRollout,
+        made: Sequence[Span | SpanCoreFields | ReadableSpan],
+        status: str,
+        numbers: Mapping[int, int],
     ) -> None:
         """Store the rollout's spans, then its attempt's status (in that order: the loop reads both).
+
+        Spans the store numbered as they ended (``numbers``, by index in ``made``) keep their sequence id;
+        the others, the reward the agent returned included, are numbered now, after every call it made.
 
         The status is written whatever happened to the spans, so the rollout never waits out its
         deadline; a rollout whose spans could not be stored is marked failed.
@@ -383,15 +481,17 @@ class ConcurrentRunner:
         rollout_id, attempt_id = rollout.rollout_id, rollout.attempt.attempt_id
         end: AttemptEnd = "succeeded" if status == "succeeded" else "failed"
         try:
-            if self._finishing is not None:
-                stored = [_stored(s, rollout_id, attempt_id, 0) for s in made]  # the server numbers them
-                await self._finishing.finish(rollout_id, attempt_id, stored, end)
+            if self._finishing is not None:  # the server numbers the others
+                stored = [_stored(s, rollout_id, attempt_id, numbers.get(i, 0)) for i, s in enumerate(made)]
+                await self._finishing.finish(rollout_id, attempt_id, stored, end, numbered=numbers.keys())
                 self.finished += 1
                 return
             if made:
-                sequence_ids = await self._store.get_many_span_sequence_ids([(rollout_id, attempt_id)] * len(made))
+                fresh = [i for i in range(len(made)) if i not in numbers]
+                sequence_ids = await self._store.get_many_span_sequence_ids([(rollout_id, attempt_id)] * len(fresh))
+                given = {**numbers, **dict(zip(fresh, sequence_ids, strict=True))}
                 await self._store.add_many_spans(
-                    [_stored(s, rollout_id, attempt_id, seq) for s, seq in zip(made, sequence_ids, strict=True)]
+                    [_stored(s, rollout_id, attempt_id, given[i]) for i, s in enumerate(made)]
                 )
         except Exception:
             logger.exception("rollout %s: could not store its spans; marking it failed", rollout_id)

@@ -5,8 +5,9 @@ pending rollout (no per-rollout polling, no blocking waits); the tick starts at 
 milliseconds and backs off while nothing changes. At most ``concurrency`` rollouts are in the store
 at once. Every rollout has two deadlines: ``queue_timeout_s`` to be taken by a runner (a runner
 starting up slowly loses nothing), then ``rollout_timeout_s`` from the moment its attempt started
-(the store's ``start_time``; one batched ``taken`` call every ``start_check_s`` while some rollout still
-waits). A
+(seen by one batched ``taken`` call every ``start_check_s`` while some rollout still waits, and timed by
+this machine's monotonic clock from the check before, never by the store's, which may be another
+machine's). A
 rollout that misses either is cancelled in the store and reported as ``timed_out`` without holding up
 the others. With a ``RunnerPool`` (runner processes this run started), a rollout whose runner process
 died ends at once as ``failed``, a hung agent's process is restarted, and a pool that gave up every
@@ -187,18 +188,18 @@ async def run_rollouts(
         waiting = [rid for rid, entry in pending.items() if not entry.started]
         queue_expired = any(not e.started and e.deadline <= time.monotonic() for e in pending.values())
         if waiting and (queue_expired or time.monotonic() - last_start_check >= options.start_check_s):
-            last_start_check = time.monotonic()
+            previous_check, last_start_check = last_start_check, time.monotonic()
             taken = await store.taken(waiting)
             stats.store_calls += 1
-            now, wall = time.monotonic(), time.time()
             for rid, attempt in taken.items():
                 entry = pending.get(rid)
                 if entry is None or entry.started:
                     continue
-                # The store's clock may be another machine's: trust its age only within the time since enqueue.
-                running_for = min(max(0.0, wall - attempt.started_at), now - entry.enqueued_at)
+                # Taken since the previous check (and after its enqueue), by this machine's clock alone: the
+                # store's start_time is another machine's clock when the store is remote.
+                started_by = max(previous_check, entry.enqueued_at)
                 entry.started, entry.worker_id = True, attempt.worker_id
-                entry.deadline = now - running_for + options.rollout_timeout_s
+                entry.deadline = started_by + options.rollout_timeout_s
 
         if runners is not None:
             dead = runners.dead_workers()

@@ -39,3 +39,22 @@ async def forgetful_agent(task: dict[str, str], llm: agl.LLM) -> None:
         .chat.completions.create(model=llm.model, messages=[{"role": "user", "content": task["word"]}])
     )
     _reward = 1.0 if (reply.choices[0].message.content or "").strip() == "7" else 0.0
+
+
+FIRST_TURN_REWARDS, SECOND_TURN_REWARDS = (0.1, 0.2), (1.0, 2.0)
+
+
+@agl.rollout
+async def rewarded_each_turn_agent(task: dict[str, str], llm: agl.LLM) -> float:
+    """Two turns, a reward for each: the first emitted after the first reply, the second returned at the end.
+
+    Each turn's reward comes from its own set (``FIRST_TURN_REWARDS``, ``SECOND_TURN_REWARDS``, picked by the
+    reply's length), so a trajectory shows which call each reward went to.
+    """
+    client = _client().with_options(base_url=llm.endpoint)
+    messages: list[dict[str, str]] = [{"role": "user", "content": task["word"]}]
+    first = (await client.chat.completions.create(model=llm.model, messages=messages)).choices[0].message.content
+    agl.emit_reward(FIRST_TURN_REWARDS[len(first or "") % 2])
+    messages += [{"role": "assistant", "content": first or ""}, {"role": "user", "content": "and again"}]
+    second = (await client.chat.completions.create(model=llm.model, messages=messages)).choices[0].message.content
+    return SECOND_TURN_REWARDS[len(second or "") % 2]

@@ -135,7 +135,7 @@ class TestParallelCalls:
             return asyncio.create_task(client.chat.completions.create(model="policy", messages=messages))  # type: ignore[arg-type]
 
         a, b = ask("A"), None
-        await a_in.wait()  # A is asked first, so it holds the lower sequence id
+        await a_in.wait()
         b = ask("B")
         await b_in.wait()
         first_gate, second_gate = (a_go, b_go) if finish_first == "A" else (b_go, a_go)
@@ -156,11 +156,20 @@ class TestParallelCalls:
         assert [r.choices[0].message.content for r in continued] == ["A2.", "B2."]
         result = await trajectory(store, rollout_id)
         texts = [renderer.tokenizer.decode(list(t.ac)) for t in result.transitions]
-        assert texts == ["A1.<|im_end|>", "A2.<|im_end|>", "B1.<|im_end|>", "B2.<|im_end|>"]
+        # A call is numbered once answered, so the branch answered first is listed first.
+        first, second = ("A", "B") if finish_first == "A" else ("B", "A")
+        assert texts == [
+            f"{first}1.<|im_end|>",
+            f"{first}2.<|im_end|>",
+            f"{second}1.<|im_end|>",
+            f"{second}2.<|im_end|>",
+        ]
         spans = [s for s in await store.query_spans(rollout_id) if s.name == COMPLETION_SPAN]
         assert sorted(str(s.attributes[PREFIX]) for s in spans) == ["extended", "extended", "first_turn", "first_turn"]
-        a1, a2, b1, b2 = result.transitions
-        assert await datums(result) == [a2.ob + a2.ac, b2.ob + b2.ac]
+        a1, a2, b1, b2 = (
+            result.transitions if finish_first == "A" else (*result.transitions[2:], *result.transitions[:2])
+        )
+        assert sorted(await datums(result)) == sorted([a2.ob + a2.ac, b2.ob + b2.ac])
         assert a2.ob[: len(a1.ob) + len(a1.ac)] == a1.ob + a1.ac
         assert b2.ob[: len(b1.ob) + len(b1.ac)] == b1.ob + b1.ac
 
