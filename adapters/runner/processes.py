@@ -336,11 +336,18 @@ class RunnerChild:
 
 
 def _child_environment(python: str) -> dict[str, str]:
-    """The trainer's environment, less what would make another interpreter load the trainer's packages."""
+    """The trainer's environment, less what would make another interpreter load the trainer's packages.
+
+    The interpreter's own ``bin/`` goes first on ``PATH``: an agent's tools installed by its requirements (an MCP
+    server started by command name, ``uvx``) are found as if its environment were activated.
+    """
     env = dict(os.environ)
     if not _same_interpreter(python):
         env.pop("PYTHONHOME", None)
         env.pop("VIRTUAL_ENV", None)
+    bin_dir = os.path.dirname(os.path.abspath(python))  # not resolved: a venv's python links out of its bin/
+    rest = [d for d in env.get("PATH", os.defpath).split(os.pathsep) if d != bin_dir]
+    env["PATH"] = os.pathsep.join([bin_dir, *rest])
     return env
 
 

@@ -18,7 +18,15 @@ from __future__ import annotations
 from typing import Any
 
 import agentlightning as agl
-from agents import Agent, AgentsException, OpenAIResponsesModel, RunConfig, Runner, function_tool
+from agents import (
+    Agent,
+    MaxTurnsExceeded,
+    ModelBehaviorError,
+    OpenAIResponsesModel,
+    RunConfig,
+    Runner,
+    function_tool,
+)
 from openai import AsyncOpenAI
 
 from examples.tools.agent import SYSTEM, final_reward
@@ -47,6 +55,6 @@ async def agents_sdk_calculator(task: dict[str, Any], llm: agl.LLM) -> float:
             max_turns=int(task.get("max_steps", 4)),
             run_config=RunConfig(tracing_disabled=True),
         )
-    except AgentsException:  # out of turns, or a tool call the SDK cannot run: no answer
+    except (MaxTurnsExceeded, ModelBehaviorError):  # out of turns, or a tool call the SDK cannot run: no answer
         return 0.0
     return final_reward(str(result.final_output or ""), task["answer"])

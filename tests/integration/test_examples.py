@@ -285,6 +285,7 @@ async def test_each_example_trains_two_batches_on_the_tiny_model(
     assert [m["progress/batch"] for m in lines] == [0, 1]
     assert all(m["rollouts/n_enqueued"] == 4 for m in lines)
     assert all(m["env/all/by_group/frac_status_succeeded"] == 1.0 for m in lines)  # junk replies crash no agent
+    assert all(m["rollouts/n_without_reward"] == 0 for m in lines)  # every trained rollout's reward came back
     if name == "judge":
         assert len(judge.requests) >= 8  # every rollout asked the judge
 
@@ -327,3 +328,4 @@ def test_each_example_trains_through_agl_trainer_fit(
     lines = batch_lines(tmp_path / "run")
     assert [m["progress/batch"] for m in lines] == [0, 1]
     assert all(m["rollouts/n_enqueued"] == 4 for m in lines)
+    assert all(m["rollouts/n_without_reward"] == 0 for m in lines)

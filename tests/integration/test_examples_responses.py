@@ -107,3 +107,4 @@ async def test_the_responses_examples_train_two_batches_on_the_tiny_model(
     assert [m["progress/batch"] for m in lines] == [0, 1]
     assert all(m["rollouts/n_enqueued"] == 4 for m in lines)
     assert all(m["env/all/by_group/frac_status_succeeded"] == 1.0 for m in lines)
+    assert all(m["rollouts/n_without_reward"] == 0 for m in lines)  # every trained rollout's reward came back

@@ -5,7 +5,8 @@ get their environments from ``adapters.runner.agent_env`` (built once per machin
 cached under ``$AGL_TINKER_CACHE``); a machine whose pip cannot reach the package index skips, saying
 so. In each environment the agent first follows a scripted policy (right answers score 1, malformed
 tool calls and empty replies score 0 without failing), then trains two batches on the tiny model with
-``runner_python`` set, as ``agl-tinker train`` runs it.
+``runner_python`` set, as ``agl-tinker train`` runs it, every rollout's reward arriving at the trainer. The
+agents catch no error wholesale, so a crashed rollout fails these tests rather than scoring 0.
 """
 
 from __future__ import annotations
@@ -82,7 +83,12 @@ async def run_in_env(python: Path, name: str, tasks: list[dict[str, Any]], polic
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
-        env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "TINKER_TELEMETRY": "0"},
+        env={
+            **os.environ,
+            "PATH": os.pathsep.join([str(python.parent), os.environ["PATH"]]),  # as a runner process has it
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            "TINKER_TELEMETRY": "0",
+        },
     )
     out, _ = await asyncio.wait_for(process.communicate(), RUN_HANG_S)
     text = out.decode(errors="replace")
@@ -92,24 +98,21 @@ async def run_in_env(python: Path, name: str, tasks: list[dict[str, Any]], polic
     return rewards
 
 
-OPS = {"+": "add", "-": "subtract", "*": "multiply"}
-
-
 def calculator_reply(mode: str) -> Any:
-    """The policy AutoGen talks to: one tool call for the question, then the tool's result as the answer."""
+    """The policy AutoGen talks to: one ``calculate`` call for the question, then the tool's result as the answer."""
 
     def reply(request: dict[str, Any]) -> dict[str, Any]:
         last = last_message(request)
         if last.get("role") == "tool":
             return {"content": f"The result is {message_text(last)}."}
-        a, op, b = re.search(r"(-?\d+) ([-+*]) (-?\d+)", message_text(last)).groups()  # type: ignore[union-attr]
+        expression = re.search(r"-?\d+ [-+*] -?\d+", message_text(last)).group(0)  # type: ignore[union-attr]
         if mode == "bad_arguments":
-            return {"tool_calls": [tool_call(OPS[op], '{"a": ' + a + ', "b":')]}
+            return {"tool_calls": [tool_call("calculate", '{"expression": "' + expression + '",')]}
         if mode == "unknown_tool":
-            return {"tool_calls": [tool_call("divide", json.dumps({"a": int(a), "b": int(b)}))]}
+            return {"tool_calls": [tool_call("divide", json.dumps({"expression": expression}))]}
         if mode == "empty":
             return {"content": ""}
-        return {"tool_calls": [tool_call(OPS[op], json.dumps({"a": int(a), "b": int(b)}))]}
+        return {"tool_calls": [tool_call("calculate", json.dumps({"expression": expression}))]}
 
     return reply
 
@@ -175,4 +178,5 @@ async def test_each_agent_env_example_trains_two_batches_with_runner_python(
     lines = batch_lines(tmp_path / "run")
     assert all(m["rollouts/n_enqueued"] == 4 for m in lines)
     assert all(m["rollouts/n_succeeded"] == 4 for m in lines)  # junk from the tiny model crashes no agent
+    assert all(m["rollouts/n_without_reward"] == 0 for m in lines)  # each reward came back from the agent's env
     assert_batches_trained(tmp_path / "run", 2)

@@ -290,8 +290,12 @@ async def test_a_model_or_rank_the_server_does_not_serve_ends_with_one_line(serv
 async def test_the_kl_reference_scores_beside_training_where_the_server_allows_it(
     server: tuple[SkyrlServer, Path],
 ) -> None:
-    """The reference is a sampling client of its own; on SkyRL 0.4.0, sampling an old checkpoint would load it
-    into the training slot, so the proxy refuses it by name and this test skips with that reason."""
+    """The reference is a sampling client of its own on a LoRA checkpoint saved before training. SkyRL 0.4.0's JAX
+    backend (``JaxBackendImpl.load_sampler_weights``) samples a checkpoint by loading it into
+    ``self.models[model_id].adapter_index``, the training run's own adapter slot, whenever that slot's
+    ``loaded_checkpoint_id`` differs; only base-model sampling (no model id) has a slot of its own (0). So scoring
+    the reference after an optimizer step would reset the trained weights to it: the proxy refuses that request
+    by name and this test skips, saying what would let it run."""
     skyrl, model = server
     config = TinkerConfig(
         base_model=str(model), lora_rank=RANK, train_unembed=False, base_url=skyrl.url, connect_timeout_s=CONNECT_S
@@ -309,7 +313,13 @@ async def test_the_kl_reference_scores_beside_training_where_the_server_allows_i
     except TinkerError as error:
         assert "adapter slot" in str(error) and skyrl.url in str(error)
         await trainer.close()
-        pytest.skip(f"SkyRL's slot behaviour: {error}")
+        pytest.skip(
+            f"SkyRL's slot behaviour: {error}. This runs against a server that samples a LoRA checkpoint in an "
+            "adapter slot other than the training run's (not SkyRL 0.4.0's JaxBackendImpl.load_sampler_weights, "
+            "nor SkyRL main as of 2026-08-21); a reference this server could serve is a base-model sampling client "
+            "(create_sampling_client(base_model=...), slot 0; equal to the policy RL starts from only without a "
+            "warm start) or a checkpoint saved by a second training client that never trains (its own slot)"
+        )
     assert again == pytest.approx(before, abs=1e-5)
     trained = await trainer.forward_backward([datum], LossName.CROSS_ENTROPY)
     assert trained.logprobs_D[0] != pytest.approx(before[1:], abs=1e-4)
