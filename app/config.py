@@ -13,7 +13,8 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from types import UnionType
+from typing import Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from returns.result import Failure, Result, Success
@@ -286,12 +287,42 @@ def _read_file(path: str | None) -> Result[dict[str, Any], ConfigError]:
     return Success(data)
 
 
-def _parse_value(text: str) -> object:
-    """JSON where it parses (numbers, booleans, null, lists), the raw string otherwise."""
+def _override_value(path: Sequence[str], text: str) -> object:
+    """``text`` typed by the field at ``path``: a text field takes it as written (``wandb_name=2024`` stays
+    ``"2024"``; ``null`` unsets one that may be unset); any other field, or an unknown key, gets JSON where it parses
+    (numbers, booleans, null, lists, tables) and the text otherwise, for pydantic to check against the field."""
+    annotation = _annotation(TrainConfig, path)
+    if annotation is not None and _takes_text(annotation):
+        return None if text == "null" and type(None) in _members(annotation) else text
     try:
         return json.loads(text)
     except json.JSONDecodeError:
         return text
+
+
+def _annotation(model: type[BaseModel], path: Sequence[str]) -> object | None:
+    """The type of the field at ``path`` (names or aliases, nested models followed); None for an unknown key."""
+    head, *rest = path
+    field = next((f for name, f in model.model_fields.items() if head in (name, f.alias)), None)
+    if field is None:
+        return None
+    if not rest:
+        return field.annotation
+    nested = [m for m in _members(field.annotation) if isinstance(m, type) and issubclass(m, BaseModel)]
+    return _annotation(nested[0], rest) if nested else None
+
+
+def _members(annotation: object) -> tuple[object, ...]:
+    """A union's types (``str | None`` -> ``(str, NoneType)``); any other type alone."""
+    return get_args(annotation) if get_origin(annotation) in (Union, UnionType) else (annotation,)
+
+
+def _takes_text(annotation: object) -> bool:
+    """Whether every value the field takes, ``None`` aside, is text: ``str`` or a ``Literal`` of strings."""
+    kinds = [m for m in _members(annotation) if m is not type(None)]
+    return bool(kinds) and all(
+        m is str or (get_origin(m) is Literal and all(isinstance(v, str) for v in get_args(m))) for m in kinds
+    )
 
 
 def _apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> Result[dict[str, Any], ConfigError]:
@@ -307,7 +338,7 @@ def _apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> Result[d
             if not isinstance(child, dict):
                 return Failure(ConfigError(f"override {override!r}: {part} is not a table"))
             table = child
-        table[leaf] = _parse_value(value)
+        table[leaf] = _override_value([*parents, leaf], value)
     return Success(merged)
 
 

@@ -62,14 +62,6 @@ class ScoredGroup:
         return cls(tuple(results), (None,) * len(results))
 
 
-def centered_advantages(total_rewards_G: Sequence[float]) -> list[float]:
-    """GRPO advantages: each total reward minus the group's mean (tinker-cookbook's ``compute_advantages``)."""
-    if not total_rewards_G:
-        return []
-    mean = sum(total_rewards_G) / len(total_rewards_G)
-    return [reward - mean for reward in total_rewards_G]
-
-
 def is_trainable(result: RolloutResult, failed: FailedRolloutPolicy, reward: RewardPolicy) -> bool:
     """Whether this member may contribute a trajectory to training."""
     if result.trajectory.is_empty:

@@ -1,12 +1,12 @@
 """What the training use case needs to turn groups into datums and to describe a step.
 
 The adapter is tinker-cookbook's data processing (advantages, prefix-merged datums, KL shaping,
-sampling-vs-training KL); the loop only sees the port's ``TrainingDatum``s.
+sampling-vs-training KL, metric means); the loop only sees the port's ``TrainingDatum``s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -40,4 +40,9 @@ class TrainingDataBuilder(Protocol[GroupT_contra]):
         self, data_D: Sequence[TrainingDatum], training_logprobs_D: Sequence[Sequence[float]]
     ) -> dict[str, float]:
         """KL between the sampling and the training-forward logprobs, and the sampling entropy."""
+        ...
+
+    def mean_metrics(self, metrics_S: Sequence[Mapping[str, float]]) -> dict[str, float]:
+        """Each key's mean over the dictionaries that hold it (a missing key is not a zero): a step's metrics
+        over its substeps or minibatches."""
         ...

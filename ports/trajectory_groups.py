@@ -62,6 +62,10 @@ class GroupAssembler(Protocol[TaskGroupT_contra, MemberT, GroupT]):
         """Each member's total reward, for constant-group filtering."""
         ...
 
+    def advantages(self, group: GroupT) -> Sequence[float]:
+        """Each member's advantage as training computes it from the group (before KL shaping), for transcripts."""
+        ...
+
     def batch_metrics(self, groups_P: Sequence[GroupT], task_groups_P: Sequence[TaskGroupT_contra]) -> dict[str, float]:
         """Trajectory metrics of a training batch (the cookbook's, tagged per task group)."""
         ...

@@ -9,6 +9,7 @@ export LITELLM_LOCAL_MODEL_COST_MAP=True TINKER_TELEMETRY=0
 .venv/bin/python -m adapters.tinker.server.skyrl --install-only || echo "Tinker-API server not installed: its tests will skip"
 .venv/bin/ruff check domain ports adapters app tests bench examples
 .venv/bin/mypy domain ports app
+# -rsx: name every skipped and xfailed test with its reason.
 # Two test processes (pytest-xdist), each taking whole modules so a module's server or model is built once;
 # most tests wait on child processes, so two keep both cores busy. AGL_TINKER_TEST_WORKERS=0: one process.
-.venv/bin/python -m pytest -q -n "${AGL_TINKER_TEST_WORKERS:-2}" --dist loadfile "$@"
+.venv/bin/python -m pytest -q -rsx -n "${AGL_TINKER_TEST_WORKERS:-2}" --dist loadfile "$@"

@@ -1,5 +1,6 @@
 """The group port on tinker-cookbook's types: task groups are ``AGLDummyEnvGroupBuilder``s, groups
-are ``TrajectoryGroup``s, and batch metrics are the cookbook's ``compute_trajectory_metrics``.
+are ``TrajectoryGroup``s, batch metrics are the cookbook's ``compute_trajectory_metrics`` and advantages
+its ``compute_advantages``, the function training calls on the same groups.
 
 Group-level rewards come from the builder's own ``compute_group_rewards``, so a user's builder
 that scores a group as a whole keeps doing so.
@@ -10,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tinker_cookbook.rl.data_processing import compute_advantages
 from tinker_cookbook.rl.metric_util import compute_trajectory_metrics
 from tinker_cookbook.rl.types import TrajectoryGroup
 
@@ -45,6 +47,9 @@ class CookbookGroups:
 
     def total_rewards(self, group: TrajectoryGroup) -> Sequence[float]:
         return [float(r) for r in group.get_total_rewards()]
+
+    def advantages(self, group: TrajectoryGroup) -> Sequence[float]:
+        return [float(a) for a in compute_advantages([group])[0]]
 
     def batch_metrics(
         self, groups_P: Sequence[TrajectoryGroup], task_groups_P: Sequence[AGLDummyEnvGroupBuilder[Any]]

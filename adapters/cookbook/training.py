@@ -9,7 +9,7 @@ datums with masks), optionally ``incorporate_kl_penalty`` against a reference po
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import tinker
 import torch
@@ -18,7 +18,7 @@ from tinker_cookbook.rl.data_processing import assemble_training_data, compute_a
 from tinker_cookbook.rl.metrics import compute_kl_sample_train, incorporate_kl_penalty
 from tinker_cookbook.rl.types import TrajectoryGroup
 from tinker_cookbook.supervised.data import conversation_to_datum
-from tinker_cookbook.utils.misc_utils import split_list
+from tinker_cookbook.utils.misc_utils import dict_mean, split_list
 
 from adapters.cookbook.conversation import openai_conversation
 from adapters.tinker.backend import datum_from_tinker, datum_to_tinker
@@ -123,3 +123,6 @@ class CookbookTrainingData:
         self, data_D: Sequence[TrainingDatum], training_logprobs_D: Sequence[Sequence[float]]
     ) -> dict[str, float]:
         return sample_train_kl(data_D, training_logprobs_D)
+
+    def mean_metrics(self, metrics_S: Sequence[Mapping[str, float]]) -> dict[str, float]:
+        return dict_mean([dict(m) for m in metrics_S])

@@ -55,7 +55,6 @@ from app.usecases.steps import (
 )
 from domain.accounting import BatchAccount, missing_reward_warning
 from domain.staleness import StalenessPolicy, staleness_metrics, staleness_scaled_lr, steps_behind
-from domain.stats import mean_per_key
 from ports.policy import AdamParams, LogprobScorer, LossName, TrainingDatum
 from ports.rollout_store import SpanT
 from ports.run_log import TranscriptKind
@@ -354,10 +353,12 @@ async def _stream_train(
             lr = _learning_rate(rate, config, _steps_behind(substep_items, version))
             rates.append(lr)
             optim = await parts.trainer.optim_step(AdamParams(learning_rate=lr))
-            substeps.append({f"optim/{k}": v for k, v in {**_sum_passes(passes), **optim}.items()})
+            substeps.append(
+                {f"optim/{k}": v for k, v in {**_sum_passes(passes, parts.data.mean_metrics), **optim}.items()}
+            )
             trained += time.perf_counter() - t_train
-    metrics = mean_per_key(prepared)
-    metrics.update(mean_per_key(substeps))
+    metrics = parts.data.mean_metrics(prepared)
+    metrics.update(parts.data.mean_metrics(substeps))
     if data_D:
         metrics.update(parts.data.sample_train_kl(data_D, logprobs_D))
     metrics["optim/n_datums"] = float(len(data_D))
@@ -381,11 +382,13 @@ def _learning_rate(learning_rate: float, config: AsyncSettings, behind: Sequence
     return staleness_scaled_lr(learning_rate, behind) if config.staleness_lr else learning_rate
 
 
-def _sum_passes(passes: Sequence[Mapping[str, float]]) -> dict[str, float]:
+def _sum_passes(
+    passes: Sequence[Mapping[str, float]], mean: Callable[[Sequence[Mapping[str, float]]], dict[str, float]]
+) -> dict[str, float]:
     """One substep's forward-backward metrics: ``:sum`` metrics add up over its passes, others are averaged."""
     sums = {k for p in passes for k in p if k.endswith(":sum")}
     summed = {k: sum(p.get(k, 0.0) for p in passes) for k in sums}
-    return {**mean_per_key([{k: v for k, v in p.items() if not k.endswith(":sum")} for p in passes]), **summed}
+    return {**mean([{k: v for k, v in p.items() if not k.endswith(":sum")} for p in passes]), **summed}
 
 
 async def _take_groups(

@@ -23,7 +23,6 @@ from domain.groups import (
     FailedRolloutPolicy,
     RolloutResult,
     ScoredGroup,
-    centered_advantages,
     group_metrics,
     is_trainable,
     nonconstant_group_indices,
@@ -102,7 +101,7 @@ async def rollout_groups(
         assembled = [assembled[i] for i in keep]
     kept = {i_group for i_group, _ in assembled}
     account = BatchAccount.of(results_PG, trainable_PG, [i in kept for i in range(len(task_groups_P))])
-    trained = {i_group: assembler.total_rewards(group) for i_group, group in assembled}
+    trained = {i_group: assembler.advantages(group) for i_group, group in assembled}
     scored = [
         _scored(results_G, trainable_G, trained.get(i_group))
         for i_group, (results_G, trainable_G) in enumerate(zip(results_PG, trainable_PG, strict=True))
@@ -116,12 +115,12 @@ async def rollout_groups(
 
 
 def _scored(
-    results_G: Sequence[RolloutResult], trainable_G: Sequence[bool], total_rewards: Sequence[float] | None
+    results_G: Sequence[RolloutResult], trainable_G: Sequence[bool], advantages_G: Sequence[float] | None
 ) -> ScoredGroup:
-    """The group's rollouts; its trained members (in order) with the advantages their group's totals give."""
-    if total_rewards is None or len(total_rewards) != sum(trainable_G):
+    """The group's rollouts; its trained members (in order) with the advantages training gives them."""
+    if advantages_G is None or len(advantages_G) != sum(trainable_G):
         return ScoredGroup.untrained(results_G)
-    advantages = iter(centered_advantages(total_rewards))
+    advantages = iter(advantages_G)
     return ScoredGroup(tuple(results_G), tuple(next(advantages) if ok else None for ok in trainable_G))
 
 

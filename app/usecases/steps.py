@@ -27,7 +27,6 @@ from domain.accounting import MISSING_REWARD_CAUSES, BatchAccount
 from domain.groups import RolloutResult, ScoredGroup
 from domain.metric_names import TEST_PREFIX, TRAIN_REWARD
 from domain.staleness import StalenessPolicy
-from domain.stats import mean_per_key
 from ports.policy import AdamParams, LogprobScorer, LossName, Trainer, TrainingDatum
 from ports.policy_endpoint import PolicyServer
 from ports.rollout_store import RolloutStore, SpanT, TripletSource
@@ -326,7 +325,7 @@ async def train_step(
         training_logprobs_D.extend(output.logprobs_D)
         optim = await trainer.optim_step(AdamParams(learning_rate=settings.learning_rate))
         step_metrics.append({f"optim/{k}": v for k, v in {**output.metrics, **optim}.items()})
-    metrics.update(mean_per_key(step_metrics))  # per key, over the substeps
+    metrics.update(data.mean_metrics(step_metrics))  # per key, over the substeps
     metrics.update(data.sample_train_kl(data_D, training_logprobs_D))
     metrics["optim/n_datums"] = float(len(data_D))
     return data_D, metrics

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters.cookbook.training import sample_train_kl, substeps
+from adapters.cookbook.training import CookbookTrainingData, sample_train_kl, substeps
 from app.config import load_config
 from app.launch import train
 from app.usecases.steps import TrainingSettings, train_step
@@ -81,7 +81,7 @@ class DriftingTrainer:
 
 
 class FixedData:
-    """The cookbook's minibatches and KL on ready-made datums."""
+    """The cookbook's minibatches, KL and metric means on ready-made datums."""
 
     def __init__(self, data_D: list[TrainingDatum]) -> None:
         self.data_D = data_D
@@ -98,6 +98,9 @@ class FixedData:
         self, data_D: Sequence[TrainingDatum], training_logprobs_D: Sequence[Sequence[float]]
     ) -> dict[str, float]:
         return sample_train_kl(data_D, training_logprobs_D)
+
+    def mean_metrics(self, metrics_S: Sequence[Mapping[str, float]]) -> dict[str, float]:
+        return CookbookTrainingData().mean_metrics(metrics_S)
 
 
 def rl_datum(logprob: float) -> TrainingDatum:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,35 @@ def test_overrides_apply_on_top_of_a_toml_file_with_typed_values(tmp_path: Path)
     assert (loaded.warm_start.steps, loaded.wandb_project, loaded.store_url) == (5, "proj", None)
 
 
+@pytest.mark.parametrize(
+    ("override", "read"),
+    [
+        ("wandb_name=2024", lambda c: c.wandb_name == "2024"),
+        ("log_path=runs/1e3", lambda c: c.log_path == "runs/1e3"),
+        ("agent_match=true", lambda c: c.agent_match == "true"),
+        ('wandb_project="quoted"', lambda c: c.wandb_project == '"quoted"'),
+        ("batch_size=8", lambda c: c.batch_size == 8 and type(c.batch_size) is int),
+        ("learning_rate=1e-3", lambda c: c.learning_rate == 1e-3),
+        ("policy.lora_rank=32", lambda c: c.policy.lora_rank == 32),
+        ("policy.base_model=123", lambda c: c.policy.base_model == "123"),
+        ("async.enabled=true", lambda c: c.asynchronous.enabled is True),
+        ("keep_rollouts=false", lambda c: c.keep_rollouts is False),
+        ("max_batches=null", lambda c: c.max_batches is None),
+        ('warm_start={"steps": 3}', lambda c: c.warm_start.steps == 3 and c.warm_start.batch_size == 32),
+    ],
+)
+def test_an_override_is_typed_by_the_field_it_sets(override: str, read: Callable[[TrainConfig], bool]) -> None:
+    assert read(load_config(None, [override]).unwrap())
+
+
+def test_null_unsets_a_text_field_that_may_be_unset_and_is_text_where_it_may_not(tmp_path: Path) -> None:
+    """``null`` spells "unset" (as pydantic-settings' CLI reads it); a path that may not be unset takes it as text."""
+    file = tmp_path / "run.toml"
+    file.write_text('wandb_name = "old"\n')
+    loaded = load_config(str(file), ["wandb_name=null", "log_path=null"]).unwrap()
+    assert (loaded.wandb_name, loaded.log_path) == (None, "null")
+
+
 def test_a_json_file_loads_too(tmp_path: Path) -> None:
     file = tmp_path / "run.json"
     file.write_text('{"group_size": 3, "policy": {"backend": "local"}}')
@@ -52,6 +82,10 @@ def test_a_json_file_loads_too(tmp_path: Path) -> None:
     [
         (["learning_rate=-1"], "learning_rate: Input should be greater than 0"),
         (["batch_size=many"], "batch_size: Input should be a valid integer"),
+        (["batch_size=8.5"], "batch_size: Input should be a valid integer"),
+        (["async.enabled=maybe"], "async.enabled: Input should be a valid boolean"),
+        (["policy.backend=2024"], "policy.backend: Input should be 'local' or 'tinker'"),
+        (["policy.lora_rnak=32"], "policy.lora_rnak: unknown setting"),
         (["bacth_size=4"], "bacth_size: unknown setting"),
         (["policy.backend=tinker"], "policy: the tinker backend needs policy.base_model"),
         (["policy.backend=tinker", "policy.base_model=Qwen/Qwen3-8B"], "set policy.lora_rank >= 1"),

@@ -9,10 +9,13 @@ from tinker_cookbook.rl.data_processing import assemble_training_data, compute_a
 from tinker_cookbook.rl.metric_util import compute_trajectory_metrics
 from tinker_cookbook.rl.types import TrajectoryGroup
 
+from adapters.cookbook.groups import CookbookGroups
 from adapters.cookbook.rl_types import to_cookbook_trajectory, to_trajectory_group
+from adapters.cookbook.training import CookbookTrainingData
 from app.faces.compat import evaluation_metrics
 from domain.trajectory import ReconstructedTrajectory, reconstruct_trajectory
 from domain.triplets import RawTriplet
+from ports.training_data import KLPenalty
 
 
 def turn(
@@ -84,3 +87,19 @@ def test_all_empty_batch_reports_zeros_instead_of_raising() -> None:
     assert metrics["env/all/total_turns"] == 0
     assert evaluation_metrics([], n_tasks=0)["env/all/total_episodes"] == 0
     assert to_cookbook_trajectory(empty).transitions == []
+
+
+async def test_the_advantages_transcripts_show_are_the_ones_the_datums_train_with() -> None:
+    rewards = [1.0, 0.0, 0.0, 0.5]
+    tg = group(*(reconstruct_trajectory([turn([1], [2 + i, 9], r)]) for i, r in enumerate(rewards)))
+    shown = CookbookGroups().advantages(tg)
+    data_D, _ = await CookbookTrainingData().rl_data([tg], KLPenalty(), None)
+    assert len(data_D) == len(shown)
+    for datum, advantage in zip(data_D, shown, strict=True):  # both action tokens of each trajectory
+        assert [a for a, m in zip(datum.advantages, datum.mask, strict=True) if m > 0] == pytest.approx([advantage] * 2)
+    assert shown == pytest.approx([0.625, -0.375, -0.375, 0.125])
+
+
+def test_a_steps_metrics_average_each_key_over_the_dictionaries_that_hold_it() -> None:
+    means = CookbookTrainingData().mean_metrics([{"loss": 1.0, "kl": 0.5}, {"loss": 3.0}])
+    assert means == {"loss": 2.0, "kl": 0.5}

@@ -14,7 +14,7 @@ import pytest
 
 from adapters.files.transcripts import HtmlTranscriptLog, TranscriptLimits, render_page, token_pieces
 from app.faces.report import write_transcript_index
-from domain.groups import RolloutResult, ScoredGroup, centered_advantages
+from domain.groups import RolloutResult, ScoredGroup
 from domain.trajectory import EMPTY_TRAJECTORY, ReconstructedTrajectory, TokenTransition
 from ports.run_log import TRANSCRIPTS_DIR, TranscriptKind
 
@@ -171,8 +171,6 @@ def test_the_log_writes_one_page_per_kind_and_batch_and_the_index_lists_them_new
     assert write_transcript_index(tmp_path / "elsewhere") is None
 
 
-def test_centered_advantages_are_rewards_minus_the_group_mean() -> None:
-    assert centered_advantages([1.0, 0.0, 0.0, 1.0]) == [0.5, -0.5, -0.5, 0.5]
-    assert centered_advantages([]) == []
+def test_a_scored_group_needs_one_advantage_per_rollout() -> None:
     with pytest.raises(ValueError, match="one advantage"):
         ScoredGroup((two_turn_result("ro", 1.0),), ())
