@@ -7,6 +7,14 @@ export LITELLM_LOCAL_MODEL_COST_MAP=True TINKER_TELEMETRY=0
 # The Tinker-API server the Tinker tests train against (SkyRL, own Python 3.12 environment, cached);
 # without Python 3.12 those tests skip and say why.
 .venv/bin/python -m adapters.tinker.server.skyrl --install-only || echo "Tinker-API server not installed: its tests will skip"
+# faketime shifts a runner's clock in the clock-skew tests: installed where apt-get can (as root), else they skip.
+if ! command -v faketime >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null && (apt-get update -qq && apt-get install -y -qq faketime) >/dev/null 2>&1; then
+    echo "installed faketime"
+  else
+    echo "faketime not installed: the clock-skew tests will skip"
+  fi
+fi
 .venv/bin/ruff check domain ports adapters app tests bench examples
 .venv/bin/mypy domain ports app
 # -rsx: name every skipped and xfailed test with its reason.
