@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 
 import pytest
 from hypothesis import given
@@ -44,12 +45,14 @@ def test_a_run_planning_no_more_batches_keeps_its_schedule() -> None:
         lambda lengths: tuple(sum(lengths[: i + 1]) for i in range(len(lengths)))
     ),
 )
-def test_the_rate_never_rises_and_each_extension_starts_where_the_last_batch_was(name: str, ends: tuple[int, ...]) -> None:
+def test_the_rate_never_rises_and_each_extension_starts_where_the_last_batch_was(
+    name: str, ends: tuple[int, ...]
+) -> None:
     multiplier = shape(name)
     values = [scheduled_multiplier(multiplier, step, ends) for step in range(ends[-1])]
 
     assert values[: ends[0]] == [multiplier(step, ends[0]) for step in range(ends[0])]  # one segment: the cookbook's
-    assert all(later <= earlier + 1e-12 for earlier, later in zip(values, values[1:], strict=False))
+    assert all(later <= earlier + 1e-12 for earlier, later in itertools.pairwise(values))
     for end in ends[:-1]:
         assert values[end] == pytest.approx(values[end - 1])
     assert all(value > 0 for value in values), "no batch trains at a zero rate"
