@@ -6,7 +6,7 @@ transcripts are HTML pages of decoded rollouts under ``log_path/transcripts``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
@@ -16,6 +16,8 @@ from domain.groups import RolloutResult, ScoredGroup
 TRANSCRIPTS_DIR = "transcripts"
 """The folder of ``log_path`` that holds the transcript pages (``train-000003.html``, ``eval-000010.html``)
 and the ``index.html`` that ``agl-tinker report`` writes beside them."""
+TRANSCRIPT_INDEX = "index.html"
+"""The page of ``TRANSCRIPTS_DIR`` that links the others (``agl-tinker report`` writes it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +37,9 @@ class Checkpoint:
     pending: tuple[tuple[int, int], ...] = ()
     """Asynchronous runs: (batch, group) of every group before ``frontier`` not trained yet (in flight at the
     checkpoint): a resumed run rolls them out again, and trains no group twice."""
+    schedule: tuple[int, ...] = ()
+    """The learning-rate schedule's segment ends (``domain.lr_schedule``): the batches the run first planned,
+    then each extension's; none in records written before they were kept."""
 
     @property
     def planned_batches(self) -> int:
@@ -72,8 +77,14 @@ class MetricsLog(Protocol):
 class RolloutLog(Protocol):
     """Every training rollout as rebuilt, written once it finishes, so it can be read after the trainer let go of it."""
 
-    def append(self, batch: int, result: RolloutResult) -> None:
-        """Record one finished rollout of dataset batch ``batch`` (its status, tokens, logprobs and rewards)."""
+    def append(self, batch: int, result: RolloutResult, group: int | None = None) -> None:
+        """Record one finished rollout of dataset batch ``batch`` (its status, tokens, logprobs and rewards);
+        ``group``: its group's index in the batch, where the loop knows it (the asynchronous one)."""
+        ...
+
+    def truncate_from(self, batch: int, groups: Collection[tuple[int, int]] = ()) -> None:
+        """Forget the rollouts of dataset batch ``batch`` and later, and those of the (batch, group) ``groups``:
+        a resumed run rolls them out again, so none is written twice."""
         ...
 
 
@@ -91,4 +102,9 @@ class TranscriptLog(Protocol):
 
     def write(self, kind: TranscriptKind, index: int, groups: Sequence[ScoredGroup]) -> str:
         """Write (or rewrite) the page of ``kind`` for batch ``index`` showing ``groups``; returns where it went."""
+        ...
+
+    def truncate_from(self, index: int) -> None:
+        """Remove the pages of batch ``index`` and later (a resumed run writes them again) and an index of pages
+        that named them."""
         ...

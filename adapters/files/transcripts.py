@@ -25,7 +25,7 @@ from tinker_cookbook.utils import logtree
 
 from domain.groups import RolloutResult, ScoredGroup
 from domain.trajectory import TokenTransition
-from ports.run_log import TRANSCRIPTS_DIR, TranscriptKind
+from ports.run_log import TRANSCRIPT_INDEX, TRANSCRIPTS_DIR, TranscriptKind
 
 Decode = Callable[[Sequence[int]], str]
 """Token ids to text, with the policy's tokenizer (special tokens kept: they show the chat framing)."""
@@ -76,6 +76,33 @@ class HtmlTranscriptLog:
         path = self.directory / f"{kind.value}-{index:06d}.html"
         write_atomically(path, render_page(kind, index, groups, self.decode, self.limits))
         return str(path)
+
+    def truncate_from(self, index: int) -> None:
+        remove_pages_from(self.directory, index)
+
+
+def remove_pages_from(directory: Path, index: int) -> list[str]:
+    """Remove the pages of batch ``index`` and later, temporary files a crash left mid-write, and (when a page
+    went) the report's index that linked it; returns the names removed.
+
+    Each removal is one unlink, so a crash between two leaves pages a resumed run rewrites anyway.
+    """
+    if not directory.is_dir():
+        return []
+    kinds = {kind.value for kind in TranscriptKind}
+    removed: list[str] = []
+    for path in directory.iterdir():
+        if path.name.partition("-")[0] not in kinds:
+            continue
+        page = path.suffix == ".html" and path.stem.partition("-")[2].isdigit()
+        if path.suffix == ".tmp" or (page and int(path.stem.partition("-")[2]) >= index):
+            path.unlink(missing_ok=True)
+            removed.append(path.name)
+    index_page = directory / TRANSCRIPT_INDEX
+    if any(name.endswith(".html") for name in removed) and index_page.is_file():
+        index_page.unlink()  # ``agl-tinker report`` writes it again
+        removed.append(TRANSCRIPT_INDEX)
+    return removed
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,9 +12,7 @@ from typing import Any
 from returns.result import Failure, Result, Success
 
 from domain.metric_names import KL_SAMPLE_TRAIN_V1, KL_SAMPLE_TRAIN_V2, SAMPLING_ENTROPY, TEST_REWARD, TRAIN_REWARD
-from ports.run_log import TRANSCRIPTS_DIR
-
-TRANSCRIPT_INDEX = "index.html"
+from ports.run_log import TRANSCRIPT_INDEX, TRANSCRIPTS_DIR
 
 LOSS = "optim/loss:sum"
 ENTROPY = SAMPLING_ENTROPY

@@ -124,7 +124,7 @@ async def run_async_training(
     begun = await begin_run(parts, hooks, log)
     if isinstance(begun, TrainingSummary):
         return begun
-    start, n_batches, reference = begun.start, begun.n_batches, begun.reference
+    start, n_batches, reference, schedule = begun.start, begun.n_batches, begun.reference, begun.schedule
     summary = TrainingSummary(start_batch=start, end_batch=n_batches)
     resume = begun.resume
     frontier = resume.frontier if resume is not None and resume.frontier is not None else start
@@ -168,7 +168,7 @@ async def run_async_training(
                             rollouts=replace(rollout_options(parts), concurrency=max(1, task_group.num_envs)),
                             remove_constant_reward_groups=settings.remove_constant_reward_groups,
                         ),
-                        on_result=forward_rollouts(hooks.on_rollout, parts.rollout_log, key[0]),
+                        on_result=forward_rollouts(hooks.on_rollout, parts.rollout_log, key[0], key[1]),
                     )
                 finally:
                     flow.ended_one()
@@ -210,7 +210,7 @@ async def run_async_training(
             metrics: dict[str, float] = {
                 "progress/batch": float(step),
                 "progress/done_frac": (step + 1) / n_batches,
-                "optim/lr": settings.rate_at(step, n_batches),
+                "optim/lr": settings.rate_at(step, schedule),
                 "async/rollouts_running": float(flow.running),
             }
             if settings.eval_every > 0 and step % settings.eval_every == 0:
@@ -226,7 +226,7 @@ async def run_async_training(
             streamed: _Streamed[TaskGroupT, GroupT] | None = None
             if config.num_minibatches > 1:
                 streamed = await _stream_train(
-                    parts, config, groups_per_step, take, reference, flow.version, settings.rate_at(step, n_batches)
+                    parts, config, groups_per_step, take, reference, flow.version, settings.rate_at(step, schedule)
                 )
                 taken, dropped = streamed.taken, streamed.dropped
                 metrics["time/trainer_idle"] = streamed.waited_s
@@ -251,7 +251,7 @@ async def run_async_training(
             if streamed is not None:
                 metrics.update(streamed.metrics)
             elif groups:
-                lr = _learning_rate(settings.rate_at(step, n_batches), config, behind)
+                lr = _learning_rate(settings.rate_at(step, schedule), config, behind)
                 step_settings = replace(settings, learning_rate=lr)
                 _data, train_metrics = await train_step(parts.trainer, parts.data, step_settings, groups, reference)
                 metrics.update(train_metrics)
@@ -270,7 +270,13 @@ async def run_async_training(
             if not stop and checkpoint_due(settings, done, n_batches):
                 pending = sorted(k for k in flow.open_keys if k[0] < flow.frontier)
                 await save_checkpoint(
-                    parts.trainer, parts.checkpoints, f"{done:06d}", done, frontier=flow.frontier, pending=pending
+                    parts.trainer,
+                    parts.checkpoints,
+                    f"{done:06d}",
+                    done,
+                    frontier=flow.frontier,
+                    pending=pending,
+                    schedule=schedule,
                 )
             metrics.update(parts.server.take_metrics())
             metrics.update(parts.triplets.take_metrics())
@@ -284,7 +290,7 @@ async def run_async_training(
         for task in list(tasks):
             task.cancel()
         await asyncio.gather(producer, *tasks, return_exceptions=True)
-    return await finish_run(parts, summary, empty, start, n_batches, hooks)
+    return await finish_run(parts, summary, empty, start, n_batches, hooks, schedule)
 
 
 @dataclass(slots=True)

@@ -25,6 +25,7 @@ from app.usecases.evaluation import all_task_groups, evaluate_policy
 from app.usecases.rollouts import RolloutOptions
 from domain.accounting import MISSING_REWARD_CAUSES, BatchAccount
 from domain.groups import RolloutResult, ScoredGroup
+from domain.lr_schedule import extend_schedule, scheduled_multiplier
 from domain.metric_names import TEST_PREFIX, TRAIN_REWARD
 from domain.staleness import StalenessPolicy
 from ports.policy import AdamParams, LogprobScorer, LossName, Trainer, TrainingDatum
@@ -101,11 +102,13 @@ class TrainingSettings:
     """The multiplier of ``learning_rate`` at step ``i`` of ``n`` (the cookbook's schedules, bound in ``app.launch``);
     None: constant."""
 
-    def rate_at(self, step: int, n_steps: int) -> float:
-        """The learning rate of step ``step`` of a run of ``n_steps``."""
+    def rate_at(self, step: int, schedule: int | Sequence[int]) -> float:
+        """The learning rate of step ``step`` of a run of ``schedule`` steps, or of the segment ends ``schedule``
+        (a run extended past what it first planned: ``domain.lr_schedule``)."""
         if self.lr_schedule is None:
             return self.learning_rate
-        return self.learning_rate * self.lr_schedule(step, n_steps)
+        ends = (schedule,) if isinstance(schedule, int) else schedule
+        return self.learning_rate * scheduled_multiplier(self.lr_schedule, step, ends)
 
     transcript_groups: int = 2
     """Groups of each training batch (asynchronous: step) written to its transcript page; 0: no training pages."""
@@ -227,11 +230,19 @@ async def save_checkpoint(
     planned: int | None = None,
     frontier: int | None = None,
     pending: Sequence[tuple[int, int]] = (),
+    schedule: Sequence[int] = (),
 ) -> Checkpoint:
     """Save the trainer's state and record it (recorded last, so a crash mid-save is ignored)."""
     state_path = await trainer.save_state(name)
     checkpoint = Checkpoint(
-        name, batch, state_path, final=final, planned=planned, frontier=frontier, pending=tuple(pending)
+        name,
+        batch,
+        state_path,
+        final=final,
+        planned=planned,
+        frontier=frontier,
+        pending=tuple(pending),
+        schedule=tuple(schedule),
     )
     checkpoints.append(checkpoint)
     return checkpoint
@@ -341,6 +352,8 @@ class RunStart:
     resume: Checkpoint | None
     policy_version: int
     """The endpoint's version of the weights it serves from the start."""
+    schedule: tuple[int, ...]
+    """The learning-rate schedule's segment ends (``TrainingSettings.rate_at``), recorded with every checkpoint."""
 
 
 async def begin_run(
@@ -348,7 +361,9 @@ async def begin_run(
 ) -> RunStart | TrainingSummary:
     """Resume from the last checkpoint or warm-start, keep the KL reference, serve the weights.
 
-    A run whose last checkpoint is final is complete: its summary comes back instead.
+    A run whose last checkpoint is final is complete: its summary comes back instead. A resumed run first
+    forgets what it redoes (``forget_redone``) and keeps its learning-rate schedule, extended by a segment
+    when it now plans more batches than before (``domain.lr_schedule``).
     """
     settings = parts.settings
     n_batches = total_batches(settings, len(parts.dataset))
@@ -362,7 +377,7 @@ async def begin_run(
         if settings.kl.coef > 0:
             reference = await _load_reference(parts, log)
         start = resume.batch
-        parts.metrics.truncate_from(start)  # batches after the checkpoint are redone: log them once
+        forget_redone(parts, resume)
         log(f"resuming after batch {start} from {resume.state_path}")
     else:
         start = 0
@@ -374,7 +389,27 @@ async def begin_run(
     if hooks.on_run_start:
         hooks.on_run_start(start, n_batches)
     version = parts.server.set_sampler(await parts.trainer.sampler(f"batch-{start:06d}"))
-    return RunStart(start, n_batches, reference, resume, version)
+    return RunStart(start, n_batches, reference, resume, version, extend_schedule(recorded_schedule(resume), n_batches))
+
+
+def recorded_schedule(resume: Checkpoint | None) -> tuple[int, ...]:
+    """The schedule a run resumes with; a record from before schedules were kept: a final one's planned batches."""
+    if resume is None:
+        return ()
+    if resume.schedule:
+        return resume.schedule
+    return (resume.planned,) if resume.final and resume.planned else ()
+
+
+def forget_redone(parts: TrainingParts[TaskGroupT, MemberT, GroupT, SpanT], resume: Checkpoint) -> None:
+    """Cut the run's files back to ``resume``: the metrics lines and transcript pages of its step and later, and
+    the rollouts of the batches (an asynchronous run: of the groups) it redoes, so each appears once."""
+    parts.metrics.truncate_from(resume.batch)
+    if parts.rollout_log is not None:
+        frontier = resume.frontier if resume.frontier is not None else resume.batch
+        parts.rollout_log.truncate_from(frontier, resume.pending)
+    if parts.transcripts is not None:
+        parts.transcripts.truncate_from(resume.batch)
 
 
 def checkpoint_due(settings: TrainingSettings, done: int, n_batches: int) -> bool:
@@ -405,6 +440,7 @@ async def finish_run(
     start: int,
     n_batches: int,
     hooks: TrainingHooks,
+    schedule: Sequence[int] = (),
 ) -> TrainingSummary:
     """How both loops end a run, once its batches are done and its rollouts stopped.
 
@@ -422,6 +458,7 @@ async def finish_run(
             n_batches,
             final=True,
             planned=total_batches(settings, len(parts.dataset)),
+            schedule=schedule,
         )
     already_evaluated = bool(summary.evals) and summary.evals[-1][0] == n_batches
     if settings.eval_every > 0 and not already_evaluated and (start < n_batches or not summary.evals):
@@ -461,15 +498,19 @@ def rollout_options(parts: TrainingParts[TaskGroupT, MemberT, GroupT, SpanT]) ->
 
 
 def forward_rollouts(
-    callback: Callable[[RolloutResult], None] | None, log: RolloutLog | None = None, batch: int = 0
+    callback: Callable[[RolloutResult], None] | None,
+    log: RolloutLog | None = None,
+    batch: int = 0,
+    group: int | None = None,
 ) -> Callable[[int, RolloutResult], None] | None:
-    """Each finished rollout to the run's hook and to its rollout log (as rollouts of dataset batch ``batch``)."""
+    """Each finished rollout to the run's hook and to its rollout log (as rollouts of dataset batch ``batch``,
+    of its group ``group`` when known)."""
     if callback is None and log is None:
         return None
 
     def forward(_index: int, result: RolloutResult) -> None:
         if log is not None:
-            log.append(batch, result)
+            log.append(batch, result, group)
         if callback is not None:
             callback(result)
 

@@ -64,7 +64,7 @@ async def run_training(
     begun = await begin_run(parts, hooks, log)
     if isinstance(begun, TrainingSummary):
         return begun
-    start, n_batches, reference = begun.start, begun.n_batches, begun.reference
+    start, n_batches, reference, schedule = begun.start, begun.n_batches, begun.reference, begun.schedule
     summary = TrainingSummary(start_batch=start, end_batch=n_batches)
     options = GroupRolloutOptions(
         rollouts=rollout_options(parts), remove_constant_reward_groups=settings.remove_constant_reward_groups
@@ -76,7 +76,7 @@ async def run_training(
         metrics: dict[str, float] = {
             "progress/batch": float(i_batch),
             "progress/done_frac": (i_batch + 1) / n_batches,
-            "optim/lr": settings.rate_at(i_batch, n_batches),
+            "optim/lr": settings.rate_at(i_batch, schedule),
         }
         resources_id = await parts.store.add_resources({"main_llm": parts.server.as_resource()})
         if settings.eval_every > 0 and i_batch % settings.eval_every == 0:
@@ -120,7 +120,7 @@ async def run_training(
 
         t_train = time.perf_counter()
         if groups_P:
-            step_settings = replace(settings, learning_rate=settings.rate_at(i_batch, n_batches))
+            step_settings = replace(settings, learning_rate=settings.rate_at(i_batch, schedule))
             _data, train_metrics = await train_step(parts.trainer, parts.data, step_settings, groups_P, reference)
             metrics.update(train_metrics)
             parts.server.set_sampler(await parts.trainer.sampler(f"batch-{i_batch + 1:06d}"))
@@ -132,10 +132,10 @@ async def run_training(
 
         done = i_batch + 1
         if not stop and checkpoint_due(settings, done, n_batches):
-            await save_checkpoint(parts.trainer, parts.checkpoints, f"{done:06d}", done)
+            await save_checkpoint(parts.trainer, parts.checkpoints, f"{done:06d}", done, schedule=schedule)
         metrics.update(parts.server.take_metrics())
         metrics.update(parts.triplets.take_metrics())
         metrics["time/total"] = time.perf_counter() - t_start
         end_step(parts, hooks, empty, i_batch, metrics, stop)
 
-    return await finish_run(parts, summary, empty, start, n_batches, hooks)
+    return await finish_run(parts, summary, empty, start, n_batches, hooks, schedule)

@@ -7,6 +7,7 @@ endpoint over the local backend, reconstruction, cookbook datums, local trainer)
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -61,7 +62,7 @@ async def test_stale_groups_are_dropped_and_rolled_out_again(tmp_path: Path) -> 
 
 
 async def test_an_async_run_resumes_with_its_in_flight_groups_and_no_step_twice(tmp_path: Path) -> None:
-    cfg = config(tmp_path, max_batches=4, save_every=2, **ASYNC)
+    cfg = config(tmp_path, max_batches=4, save_every=2, save_rollouts="true", **ASYNC)
 
     def crash(step: int, _n: int) -> None:
         if step == 3:
@@ -78,7 +79,14 @@ async def test_an_async_run_resumes_with_its_in_flight_groups_and_no_step_twice(
     summary = await train(cfg)
 
     assert (summary.start_batch, summary.end_batch) == (2, 4)
-    assert [m["progress/batch"] for m in batch_lines(run)] == [0, 1, 2, 3]
+    lines = batch_lines(run)
+    assert [m["progress/batch"] for m in lines] == [0, 1, 2, 3]
+    # The rollouts of the groups in flight at the checkpoint and of those started after it were dropped before
+    # they were rolled out again: with no stale group requeued, each group's 8 rollouts are on disk once.
+    saved = Counter((r["batch"], r["group"]) for r in rollout_lines(run))
+    assert set(saved) == {(b, i) for b in range(4) for i in range(4)}
+    if not any(m["async/groups_stale_dropped"] for m in lines):
+        assert set(saved.values()) == {8}, saved
     final_state = json.loads((Path(record["state_path"]).parent / "final" / "state.json").read_text())
     assert final_state["steps"] == cfg.warm_start.steps + 4
 

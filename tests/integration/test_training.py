@@ -10,10 +10,12 @@ from typing import Any
 
 import pytest
 
-from adapters.files.run_log import CHECKPOINTS_FILE, ROLLOUTS_FILE
+from adapters.files.run_log import CHECKPOINTS_FILE, METRICS_FILE, ROLLOUTS_FILE
 from app.config import TrainConfig, load_config
+from app.faces.report import write_transcript_index
 from app.launch import train
 from app.usecases.steps import REWARD_KEY, NothingToTrain, TrainingHooks
+from ports.run_log import TRANSCRIPTS_DIR
 from tests.support.cli import cli, cli_process
 from tests.support.processes import stop
 from tests.support.runs import assert_batches_trained, batch_lines
@@ -68,7 +70,8 @@ async def test_the_reward_rises_through_the_real_pipeline(tmp_path: Path) -> Non
 
 
 async def test_an_interrupted_run_resumes_at_its_checkpoint_without_repeating_trained_batches(tmp_path: Path) -> None:
-    cfg = config(tmp_path, max_batches=4, save_every=2)
+    resumable = {"save_every": 2, "save_rollouts": "true", "eval_every": 2, "lr_schedule": "linear"}
+    cfg = config(tmp_path, max_batches=4, **resumable)
 
     def crash(i_batch: int, _n: int) -> None:
         if i_batch == 3:
@@ -79,26 +82,51 @@ async def test_an_interrupted_run_resumes_at_its_checkpoint_without_repeating_tr
     run = Path(cfg.log_path)
     records = [json.loads(line) for line in (run / CHECKPOINTS_FILE).read_text().splitlines()]
     assert [r["batch"] for r in records] == [2]
+    assert records[0]["lr_schedule_ends"] == [4]
+    # Batch 2 ran after the checkpoint; batch 3 was killed midway: some of its rollouts, its page and metrics
+    # were written (the last rollout line torn), and `agl-tinker report` had indexed the pages.
+    pages = run / TRANSCRIPTS_DIR
+    assert [r["batch"] for r in rollout_lines(run)].count(2) == 32 and (pages / "train-000002.html").is_file()
+    killed = [{**r, "batch": 3} for r in rollout_lines(run)[:10]]
+    with open(run / ROLLOUTS_FILE, "a") as file:
+        file.write("".join(json.dumps(r) + "\n" for r in killed) + '{"batch": 3, "group": null, "rollout_id": "r')
+    (pages / "train-000003.html").write_text("killed")
+    with open(run / METRICS_FILE, "a") as file:
+        file.write(json.dumps({"step": 3, "progress/batch": 3}) + "\n")
+    assert write_transcript_index(run) is not None
 
     summary = await train(cfg)
 
     assert (summary.start_batch, summary.end_batch) == (2, 4)
     assert [json.loads(line)["batch"] for line in (run / CHECKPOINTS_FILE).read_text().splitlines()] == [2, 4]
     # Batch 2 ran before the crash, after the checkpoint: it is redone (its update was lost), nothing else is,
-    # and its first line is dropped from metrics.jsonl on resume.
+    # and what it and batch 3 left in metrics.jsonl, rollouts.jsonl and transcripts/ is dropped on resume.
     assert [m["progress/batch"] for m in batch_lines(run)] == [0, 1, 2, 3]
+    assert [r["batch"] for r in rollout_lines(run)] == [b for b in range(4) for _ in range(32)]
+    assert sorted(p.name for p in pages.iterdir()) == [f"{kind}-{b:06d}.html" for kind, b in PAGES_OF_4]
+    assert (pages / "train-000003.html").read_text() != "killed"
     assert not list(run.glob("*.tmp"))
     final_state = json.loads((Path(records[0]["state_path"]).parent / "final" / "state.json").read_text())
     assert final_state["steps"] == cfg.warm_start.steps + 4
     again = await train(cfg)
     assert (again.start_batch, again.end_batch) == (4, 4)
 
-    # A larger max_batches continues the finished run from its final checkpoint, every step logged once.
-    extended = await train(config(tmp_path, max_batches=6, save_every=2))
+    # A larger max_batches continues the finished run from its final checkpoint, every step logged once, its
+    # linear rate decaying from the last batch's (1/4 of the base) over the 2 new batches instead of jumping up.
+    extended = await train(config(tmp_path, max_batches=6, **resumable))
     assert (extended.start_batch, extended.end_batch) == (4, 6)
-    assert [m["progress/batch"] for m in batch_lines(run)] == [0, 1, 2, 3, 4, 5]
+    lines = batch_lines(run)
+    assert [m["progress/batch"] for m in lines] == [0, 1, 2, 3, 4, 5]
+    rates = [1, 3 / 4, 1 / 2, 1 / 4, 1 / 4, 1 / 8]
+    assert [m["optim/lr"] for m in lines] == pytest.approx([cfg.learning_rate * r for r in rates])
+    assert all(m["optim/learning_rate"] == pytest.approx(m["optim/lr"]) for m in lines), "the optimizer's rate"
+    assert [r["batch"] for r in rollout_lines(run)] == [b for b in range(6) for _ in range(32)]
+    assert sorted(p.name for p in pages.glob("eval-*")) == [f"eval-{b:06d}.html" for b in (0, 2, 4, 6)]
     final_state = json.loads((Path(records[0]["state_path"]).parent / "final" / "state.json").read_text())
     assert final_state["steps"] == cfg.warm_start.steps + 6
+
+
+PAGES_OF_4 = sorted([("eval", 0), ("eval", 2), ("eval", 4), *(("train", b) for b in range(4))])
 
 
 @pytest.mark.fault
