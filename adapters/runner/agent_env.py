@@ -90,7 +90,7 @@ def find_uv() -> str:
     except (ImportError, FileNotFoundError):
         found = shutil.which("uv")
     if found is None:
-        raise AgentEnvError("cannot build agent environments without uv: pip install uv (or put it on PATH)")
+        raise AgentEnvError("uv not found (pip install uv, or put it on PATH)")
     return found
 
 
@@ -151,10 +151,11 @@ def project_hash(project_root: Path = PROJECT_ROOT) -> str:
 
 
 def _error_summary(output: str) -> str:
-    """uv's ``error:`` line and its ``cause:``/``hint:`` lines, as one line (else the last output lines)."""
+    """uv's ``error:`` line with its ``cause:`` and ``hint:`` lines, as one line (else the last lines)."""
     lines = [" ".join(line.split()) for line in output.splitlines() if line.strip()]
     start = next((i for i, line in enumerate(lines) if line.startswith("error:")), max(len(lines) - 3, 0))
-    return " ".join(lines[start:]).removeprefix("error: ")[:2000] or "(no output)"
+    summary = " ".join(lines[start:]).removeprefix("error: ").replace(" cause: ", ": ")
+    return summary[:2000].rstrip(".") or "(no output)"
 
 
 def _runner_conflicts(output: str, runner_requirements: Path) -> str:
@@ -299,7 +300,10 @@ def ensure_agent_env(
         source_hash = project_hash(project_root)
         stamp = env / PROJECT_STAMP
         installed = built or not stamp.is_file() or stamp.read_text().strip() != source_hash
-        uv = find_uv() if installed else ""
+        try:
+            uv = find_uv() if installed else ""
+        except AgentEnvError as error:
+            raise AgentEnvError(f"cannot build the agent environment for {requirements}: {error}") from None
         if built:
             _build_env(
                 env, uv=uv, python=python, requirements=requirements, runner_requirements=runner_requirements, log=say

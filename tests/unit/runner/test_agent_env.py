@@ -293,9 +293,7 @@ def test_a_failing_step_is_one_line_naming_the_file_and_uvs_error(tmp_path: Path
     assert message.startswith(
         f"cannot build the agent environment for {requirements}: uv pip install failed (exit 1): "
     )
-    assert (
-        "No solution found when resolving dependencies cause: Because you require opentelemetry-sdk==1.45.0" in message
-    )
+    assert "No solution found when resolving dependencies: Because you require opentelemetry-sdk==1.45.0" in message
     assert "Using Python" not in message  # uv's chatter before its error stays in the log
     assert "Using Python 3.11.7 environment" in (tmp_path / "log").read_text()
 
@@ -312,7 +310,7 @@ def test_a_conflict_with_a_runner_requirement_names_the_runner_requirements_file
             runner_requirements=runner,
         )
 
-    assert f"; opentelemetry-sdk>=1.35,<1.45 comes from {runner} (full log:" in str(raised.value)
+    assert f"unsatisfiable; opentelemetry-sdk>=1.35,<1.45 comes from {runner} (full log:" in str(raised.value)
 
 
 def test_a_conflict_of_the_agents_own_requirements_names_no_runner_requirement(tmp_path: Path) -> None:
