@@ -9,8 +9,8 @@ for arg in "$@"; do  # relative paths are the caller's
   if [[ "$arg" != -* && -e "$arg" ]]; then arg="$(cd "$(dirname "$arg")" && pwd)/$(basename "$arg")"; fi
   args+=("$arg")
 done
-# The module is standard library only; the trainer's venv interpreter (when there is one) makes the
-# environment from the same base Python 3.11.
+# The module is standard library only; with the trainer's venv (when there is one) the environment is made
+# from the same base Python 3.11 by the venv's uv, else by a python3 and a uv found on PATH.
 python="$root/.venv/bin/python"
 [ -x "$python" ] || python="$(command -v python3)"
 cd "$root"

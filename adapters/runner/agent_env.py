@@ -2,27 +2,25 @@
 
 AutoGen 0.7.5 needs ``protobuf~=5.29`` and ``mcp<2``, CrewAI needs ``jiter<0.15``: neither installs
 beside the trainer's locked versions. Such an agent runs in its own virtual environment, built once
-from a requirements file, and the run starts its runner processes with that environment's Python
-(``runner_python=...``). The environment holds the agent's requirements, what the runner part of this
-project needs (``scripts/runner-requirements.txt``: agentlightning and the OpenTelemetry cap, no
-torch, tinker or tinker-cookbook) and this project itself, installed without dependencies and not
-editable, so ``python -m adapters.runner.entry`` works there.
+by ``uv`` from a requirements file, and the run starts its runner processes with that environment's
+Python (``runner_python=...``). The environment holds the agent's requirements, what the runner part
+needs (``scripts/runner-requirements.txt``: agentlightning 0.3.0, no torch, tinker or tinker-cookbook)
+and this project, installed without dependencies and not editable, so ``python -m adapters.runner.entry``
+works there.
 
-The cache has two layers, under ``${AGL_TINKER_CACHE:-~/.cache/agl-tinker}/agent-envs/``:
+Two layers, under ``${AGL_TINKER_CACHE:-~/.cache/agl-tinker}/agent-envs/`` (downloads in uv's own cache):
 
 - the environment ``<name>-<key>/``, keyed on the requirements file (and the files it includes), the
-  runner requirements and the Python version: a changed requirement builds a new environment (a
-  few minutes, pip); nothing else does;
-- this project's installation inside it, stamped with a hash of the sources under ``adapters/`` and
-  ``pyproject.toml``: a code change reinstalls only the project (``--no-deps``, seconds).
+  runner requirements and the Python version: only a changed key builds a new one;
+- this project inside it, stamped with a hash of ``adapters/`` and ``pyproject.toml``: a code change
+  reinstalls only the project (``--no-deps --offline``, seconds).
 
-A build holds a file lock (two processes asking for the same environment build it once) and happens
-in a temporary directory renamed into place when complete, so a killed build never leaves a half
-environment that a later call takes for ready.
+A build holds a file lock (two processes asking for one environment build it once) and happens in a
+temporary directory renamed into place when complete (``uv venv --relocatable``: its scripts find their
+interpreter relative to themselves), so a killed build never leaves a half environment taken for ready.
 
-Standard library only: it runs under any Python 3.11, before the trainer's dependencies exist.
-``python -m adapters.runner.agent_env path/to/requirements.txt`` (or ``scripts/agent-env.sh``) prints the
-environment's Python on its last line.
+Standard library only at import: ``scripts/agent-env.sh`` may run it with a bare ``python3``; uv is
+found beside this interpreter (the ``uv`` package), else on ``PATH``.
 """
 
 from __future__ import annotations
@@ -51,33 +49,17 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 RUNNER_REQUIREMENTS = PROJECT_ROOT / "scripts" / "runner-requirements.txt"
 ENV_STAMP = "agl-tinker-env.json"
 PROJECT_STAMP = "agl-tinker-project.sha256"
-BUILD_REQUIREMENTS = ("setuptools>=77",)
-"""Installed with the environment, so this project installs without build isolation (offline, seconds)."""
+ENV_EXTRAS = ("pip", "setuptools>=77")
+"""pip, so ``python -m pip`` works there (the probe's fixes say it); setuptools, to build this project offline."""
 _PROJECT_PACKAGES = ("domain", "ports", "adapters", "app")
 _PROJECT_FILES = ("pyproject.toml", "README.md")
 _INCLUDE = re.compile(r"^\s*(?:-r|-c|--requirement|--constraint)(?:\s*=\s*|\s+)(\S+)")
-_UNREACHABLE = (
-    "Failed to establish a new connection",
-    "Temporary failure in name resolution",
-    "Name or service not known",
-    "Network is unreachable",
-    "Could not fetch URL",
-    "ConnectTimeoutError",
-    "Read timed out",
-    "ProxyError",
-    "Max retries exceeded",
-)
 
 Log = Callable[[str], None]
 
 
 class AgentEnvError(RuntimeError):
     """The environment could not be built; the message is one line naming the requirements file."""
-
-    def __init__(self, message: str, *, unreachable_index: bool = False) -> None:
-        super().__init__(message)
-        self.unreachable_index = unreachable_index
-        """True when pip's output says it could not reach the package index (a machine offline)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +81,19 @@ def base_python() -> str:
     return base if base and Path(base).exists() else (shutil.which("python3") or sys.executable)
 
 
+def find_uv() -> str:
+    """uv's binary: the ``uv`` package's (the trainer's dependency), else one on ``PATH``."""
+    try:
+        from uv import find_uv_bin  # imported here: the module stays importable without it
+
+        return find_uv_bin()
+    except (ImportError, FileNotFoundError):
+        found = shutil.which("uv")
+    if found is None:
+        raise AgentEnvError("uv not found (pip install uv, or put it on PATH)")
+    return found
+
+
 def env_name(requirements: Path) -> str:
     """``autogen_mcp`` for ``examples/autogen_mcp/requirements.txt``, ``crewai`` for ``crewai.txt``."""
     stem = requirements.stem
@@ -118,10 +113,8 @@ def _requirement_texts(requirements: Path, seen: set[Path] | None = None) -> lis
     texts = [content]
     for line in content.decode("utf-8", "replace").splitlines():
         match = _INCLUDE.match(line)
-        if match:
-            included = (path.parent / match.group(1)).resolve()
-            if included.is_file():
-                texts += _requirement_texts(included, seen)
+        if match and (included := (path.parent / match.group(1)).resolve()).is_file():
+            texts += _requirement_texts(included, seen)
     return texts
 
 
@@ -157,35 +150,45 @@ def project_hash(project_root: Path = PROJECT_ROOT) -> str:
     return digest.hexdigest()
 
 
-def _clean_env() -> dict[str, str]:
-    """The environment for pip and the new interpreter: nothing of the caller's virtual environment."""
+def _error_summary(output: str) -> str:
+    """uv's ``error:`` line with its ``cause:`` and ``hint:`` lines, as one line (else the last lines)."""
+    lines = [" ".join(line.split()) for line in output.splitlines() if line.strip()]
+    start = next((i for i, line in enumerate(lines) if line.startswith("error:")), max(len(lines) - 3, 0))
+    summary = " ".join(lines[start:]).removeprefix("error: ").replace(" cause: ", ": ")
+    return summary[:2000].rstrip(".") or "(no output)"
+
+
+def _runner_conflicts(output: str, runner_requirements: Path) -> str:
+    """Which of the runner requirements uv's error names: a conflict there is not the agent's file."""
+    text = "".join(output.split()).lower()
+    named = [
+        spec
+        for line in runner_requirements.read_text().splitlines()
+        if (spec := "".join(line.split("#")[0].split())) and spec.lower() in text
+    ]
+    return f"; {', '.join(named)} comes from {runner_requirements}" if named else ""
+
+
+def _run(
+    args: Sequence[str],
+    *,
+    what: str,
+    requirements: Path,
+    log_file: Path,
+    cwd: Path | None = None,
+    runner_requirements: Path | None = None,
+) -> None:
+    """One build step, its output appended to ``log_file``; a non-zero exit becomes one ``AgentEnvError`` line."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
-    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
-    return env
-
-
-def _last_error_lines(output: str, n: int = 3) -> str:
-    lines = [line.strip() for line in output.splitlines() if line.strip()]
-    errors = [line for line in lines if line.startswith("ERROR") or "error:" in line.lower()]
-    return " | ".join((errors or lines)[-n:]) or "(no output)"
-
-
-def _run(args: Sequence[str], *, what: str, requirements: Path, log_file: Path, cwd: Path | None = None) -> None:
-    """Run one build step, its output appended to ``log_file``; failure becomes a one-line ``AgentEnvError``."""
+    env.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # the import check: no cost-map download
+    result = subprocess.run(list(args), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     with log_file.open("a", encoding="utf-8") as log:
-        log.write(f"$ {' '.join(args)}\n")
-        log.flush()
-        result = subprocess.run(
-            list(args), cwd=cwd, env=_clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-        log.write(result.stdout)
+        log.write(f"$ {' '.join(args)}\n{result.stdout}")
     if result.returncode != 0:
-        unreachable = any(marker in result.stdout for marker in _UNREACHABLE)
-        offline = "; pip could not reach its package index" if unreachable else ""
+        origin = _runner_conflicts(result.stdout, runner_requirements) if runner_requirements else ""
         raise AgentEnvError(
-            f"cannot build the agent environment for {requirements}: {what} failed "
-            f"(exit {result.returncode}{offline}): {_last_error_lines(result.stdout)} (full log: {log_file})",
-            unreachable_index=unreachable,
+            f"cannot build the agent environment for {requirements}: {what} failed (exit {result.returncode}): "
+            f"{_error_summary(result.stdout)}{origin} (full log: {log_file})"
         )
 
 
@@ -205,125 +208,65 @@ def _locked(lock_path: Path, log: Log) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _retarget_scripts(env: Path, old: Path) -> None:
-    """After the rename: point ``bin/`` scripts (pip's shebangs, ``activate``) at the final path."""
-    old_bytes, new_bytes = str(old).encode(), str(env).encode()
-    for script in (env / "bin").iterdir():
-        if script.is_symlink() or not script.is_file() or script.stat().st_size > 1_000_000:
-            continue
-        content = script.read_bytes()
-        if old_bytes in content and b"\0" not in content:
-            script.write_bytes(content.replace(old_bytes, new_bytes))
-
-
-def _build_env(
-    env: Path,
-    *,
-    python: str,
-    requirements: Path,
-    runner_requirements: Path,
-    key: str,
-    version: str,
-    log_file: Path,
-    log: Log,
-) -> None:
+def _build_env(env: Path, *, uv: str, python: str, requirements: Path, runner_requirements: Path, log: Log) -> None:
     """Build the environment in a temporary directory beside ``env`` and rename it into place."""
     for stale in env.parent.glob(f"{env.name}.tmp-*"):  # a build killed earlier (we hold the lock)
         shutil.rmtree(stale, ignore_errors=True)
     if env.exists():  # no stamp: not a finished environment
         shutil.rmtree(env)
     tmp = Path(tempfile.mkdtemp(prefix=f"{env.name}.tmp-", dir=env.parent))
+    log_file = env.parent / f"{env.name}.log"
     log_file.write_text("")
+    step = {"requirements": requirements, "log_file": log_file}
     started = time.monotonic()
     try:
-        log(f"agent-env: building {env} from {requirements} (once; pip, a few minutes)")
-        # --clear: mkdtemp made the directory; venv fills it.
+        log(f"agent-env: building {env} from {requirements} (once; uv, about a minute)")
+        _run([uv, "venv", "--quiet", "--relocatable", "--python", python, str(tmp)], what="uv venv", **step)
+        reqs = ["-r", str(requirements), "-r", str(runner_requirements), *ENV_EXTRAS]
         _run(
-            [python, "-m", "venv", "--clear", str(tmp)],
-            what="python -m venv",
-            requirements=requirements,
-            log_file=log_file,
-        )
-        pip = [str(tmp / "bin" / "python"), "-m", "pip"]
-        _run(
-            [*pip, "install", "--quiet", "--upgrade", "pip"],
-            what="upgrading pip",
-            requirements=requirements,
-            log_file=log_file,
-        )
-        _run(
-            [*pip, "install", "-r", str(requirements), "-r", str(runner_requirements), *BUILD_REQUIREMENTS],
-            what="pip install",
-            requirements=requirements,
-            log_file=log_file,
+            [uv, "pip", "install", "--compile-bytecode", "--python", str(tmp / "bin" / "python"), *reqs],
+            what="uv pip install",
             cwd=requirements.parent,  # relative paths in the file are the user's, next to it
+            runner_requirements=runner_requirements,
+            **step,
         )
-        stamp = {
-            "key": key,
-            "requirements": str(requirements),
-            "runner_requirements": str(runner_requirements),
-            "python": python,
-            "python_version": version,
-            "build_s": round(time.monotonic() - started, 1),
-        }
-        (tmp / ENV_STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
+        build_s = round(time.monotonic() - started, 1)
+        stamp = {"requirements": str(requirements), "runner_requirements": str(runner_requirements)}
+        (tmp / ENV_STAMP).write_text(json.dumps({**stamp, "python": python, "build_s": build_s}, indent=2) + "\n")
         tmp.chmod(0o755)  # mkdtemp made it private; a venv is not
         tmp.rename(env)
-        _retarget_scripts(env, tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    log(f"agent-env: built {env} in {time.monotonic() - started:.0f} s")
+    log(f"agent-env: built {env} in {build_s:.0f} s")
 
 
-def _copy_project(project_root: Path, into: Path) -> Path:
-    """The files pip needs to build this project, copied so the build writes nothing into the checkout."""
-    source = into / "agl-tinker"
-    source.mkdir()
-    for name in _PROJECT_FILES:
-        if (project_root / name).is_file():
-            shutil.copy2(project_root / name, source / name)
-    for package in _PROJECT_PACKAGES:
-        if (project_root / package).is_dir():
-            shutil.copytree(
-                project_root / package, source / package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
-            )
-    return source
-
-
-def _install_project(
-    env: Path, *, project_root: Path, source_hash: str, requirements: Path, log_file: Path, log: Log
-) -> None:
+def _install_project(env: Path, *, uv: str, project_root: Path, source_hash: str, requirements: Path, log: Log) -> None:
+    """This project's current sources into ``env``, from a copy (the build writes nothing into the checkout)."""
     started = time.monotonic()
     stamp = env / PROJECT_STAMP
     stamp.unlink(missing_ok=True)  # a reinstall killed half way is redone next time
     python = str(env / "bin" / "python")
+    step = {"requirements": requirements, "log_file": env.parent / f"{env.name}.log"}
     with tempfile.TemporaryDirectory(prefix="agl-tinker-src-") as tmp:
-        source = _copy_project(project_root, Path(tmp))
+        source = Path(tmp) / "agl-tinker"
+        source.mkdir()
+        for name in _PROJECT_FILES:
+            if (project_root / name).is_file():
+                shutil.copy2(project_root / name, source / name)
+        for package in _PROJECT_PACKAGES:
+            if (project_root / package).is_dir():
+                ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+                shutil.copytree(project_root / package, source / package, ignore=ignore)
+        install = [uv, "pip", "install", "--python", python, "--offline", "--no-cache", "--no-build-isolation"]
         _run(
-            [
-                python,
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--no-deps",
-                "--force-reinstall",
-                "--no-build-isolation",
-                str(source),
-            ],
+            [*install, "--no-deps", "--reinstall", str(source)],
             what="installing agl-tinker into the environment",
-            requirements=requirements,
-            log_file=log_file,
+            **step,
         )
     # The runner part must import there (it is what runner processes start with); seconds, once per install.
-    _run(
-        [python, "-c", "import adapters.runner.processes"],
-        what="importing adapters.runner.processes in the environment",
-        requirements=requirements,
-        log_file=log_file,
-        cwd=Path(tempfile.gettempdir()),
-    )
+    check = [python, "-c", "import adapters.runner.processes"]
+    _run(check, what="importing adapters.runner.processes there", cwd=Path(tempfile.gettempdir()), **step)
     stamp.write_text(source_hash + "\n")
     log(f"agent-env: installed agl-tinker into {env} in {time.monotonic() - started:.1f} s")
 
@@ -349,38 +292,26 @@ def ensure_agent_env(
         )
     say: Log = log or (lambda message: print(message, file=sys.stderr, flush=True))
     python = python or base_python()
-    version = python_version(python)
-    key = env_key(requirements, runner_requirements, version)
+    key = env_key(requirements, runner_requirements, python_version(python))
     envs = (cache_dir or cache_root()) / "agent-envs"
     env = envs / f"{env_name(requirements)}-{key}"
-    log_file = envs / f"{env.name}.log"
     with _locked(envs / f"{env.name}.lock", say):
-        built = False
-        if not (env / ENV_STAMP).is_file():
-            _build_env(
-                env,
-                python=python,
-                requirements=requirements,
-                runner_requirements=runner_requirements,
-                key=key,
-                version=version,
-                log_file=log_file,
-                log=say,
-            )
-            built = True
+        built = not (env / ENV_STAMP).is_file()
         source_hash = project_hash(project_root)
         stamp = env / PROJECT_STAMP
-        installed = False
-        if not stamp.is_file() or stamp.read_text().strip() != source_hash:
-            _install_project(
-                env,
-                project_root=project_root,
-                source_hash=source_hash,
-                requirements=requirements,
-                log_file=log_file,
-                log=say,
+        installed = built or not stamp.is_file() or stamp.read_text().strip() != source_hash
+        try:
+            uv = find_uv() if installed else ""
+        except AgentEnvError as error:
+            raise AgentEnvError(f"cannot build the agent environment for {requirements}: {error}") from None
+        if built:
+            _build_env(
+                env, uv=uv, python=python, requirements=requirements, runner_requirements=runner_requirements, log=say
             )
-            installed = True
+        if installed:
+            _install_project(
+                env, uv=uv, project_root=project_root, source_hash=source_hash, requirements=requirements, log=say
+            )
     return AgentEnv(path=env, python=env / "bin" / "python", built=built, project_installed=installed)
 
 

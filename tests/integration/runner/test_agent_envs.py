@@ -2,11 +2,12 @@
 
 ``examples/autogen_mcp`` (AutoGen 0.7.5 + an MCP server) and ``examples/crewai_flow`` (CrewAI 1.6.1)
 get their environments from ``adapters.runner.agent_env`` (built once per machine, a minute or two each,
-cached under ``$AGL_TINKER_CACHE``); a machine whose pip cannot reach the package index skips, saying
-so. In each environment the agent first follows a scripted policy (right answers score 1, malformed
-tool calls and empty replies score 0 without failing), then trains two batches on the tiny model with
-``runner_python`` set, as ``agl-tinker train`` runs it, every rollout's reward arriving at the trainer. The
-agents catch no error wholesale, so a crashed rollout fails these tests rather than scoring 0.
+cached under ``$AGL_TINKER_CACHE``); a machine that cannot reach the package index at all skips, saying
+so, and any other build failure fails. In each environment the agent first follows a scripted policy
+(right answers score 1, malformed tool calls and empty replies score 0 without failing), then trains two
+batches on the tiny model with ``runner_python`` set, as ``agl-tinker train`` runs it, every rollout's reward
+arriving at the trainer. The agents catch no error wholesale, so a crashed rollout fails these tests rather
+than scoring 0.
 """
 
 from __future__ import annotations
@@ -21,33 +22,23 @@ from typing import Any
 
 import pytest
 
-from adapters.runner.agent_env import AgentEnvError, ensure_agent_env
 from examples.crewai_flow.helper_server import HelperServer
+from tests.support.agent_envs import agent_env_or_skip
 from tests.support.runs import ROOT, assert_batches_trained, batch_lines, example_overrides
 from tests.support.scripted_policy import ScriptedPolicy, last_message, message_text, tool_call
 
 pytestmark = pytest.mark.slow
 
 EXAMPLES = {"autogen_mcp": "autogen_calculator", "crewai_flow": "crewai_number_flow"}
-BUILD_HANG_S = 1800.0
-"""Hang-only bound on building one environment (pip: a minute or two on a warm cache)."""
 RUN_HANG_S = 600.0
 """Hang-only bound on an agent run or a two-batch training (a probe, runner start-up, an MCP server per rollout)."""
 _ENVS: dict[str, Path] = {}
 
 
 def agent_python(name: str) -> Path:
-    """The example's environment (built on first use, then cached); a skip where pip cannot reach its index."""
+    """The example's environment (built on first use, then cached); a skip where the index cannot be reached."""
     if name not in _ENVS:
-        requirements = ROOT / "examples" / name / "requirements.txt"
-        try:
-            env = ensure_agent_env(requirements, log=lambda line: print(line, flush=True))
-        except AgentEnvError as error:
-            if error.unreachable_index:
-                print(f"skipping: {error}")
-                pytest.skip(f"the {name} environment cannot be built here: {error}")
-            raise
-        _ENVS[name] = env.python
+        _ENVS[name] = agent_env_or_skip(ROOT / "examples" / name / "requirements.txt").python
     return _ENVS[name]
 
 

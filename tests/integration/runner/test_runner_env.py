@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from returns.result import Failure, Success
 
-from adapters.runner.agent_env import AgentEnvError, ensure_agent_env
 from adapters.runner.env_check import check_runner_python
+from tests.support.agent_envs import agent_env_or_skip
 from tests.support.runs import ROOT, batch_lines, example_overrides
 
 RUN_HANG_S = 600.0
@@ -35,22 +35,23 @@ def test_a_litagent_class_that_needs_arguments_is_refused_in_one_line_naming_the
 
 
 def otel_145_python() -> str:
-    """A runner environment with OpenTelemetry 1.45 (built once, cached); a skip where pip cannot reach its index."""
-    envs = ROOT / "tests" / "support" / "envs"
-    try:
-        env = ensure_agent_env(
-            envs / "otel-1.45.txt", runner_requirements=envs / "runner-uncapped.txt", log=lambda m: print(m, flush=True)
-        )
-    except AgentEnvError as error:
-        if error.unreachable_index:
-            pytest.skip(f"the OpenTelemetry 1.45 environment cannot be built here: {error}")
-        raise
+    """A runner environment pinning OpenTelemetry 1.45 beside scripts/runner-requirements.txt (built once, cached)."""
+    env = agent_env_or_skip(ROOT / "tests" / "support" / "envs" / "otel-1.45.txt")
+    return str(env.python)
+
+
+def test_an_env_pinning_opentelemetry_1_45_builds_with_the_runner_requirements() -> None:
+    """The runner requirements cap nothing the default runner does not need: such a pin resolves, the runner
+    part imports there (the build checks it) and its scripts run from where the build renamed it."""
+    python = otel_145_python()
     version = subprocess.run(
-        [str(env.python), "-c", "from importlib.metadata import version; print(version('opentelemetry-sdk'))"],
+        [python, "-c", "from importlib.metadata import version; print(version('opentelemetry-sdk'))"],
         capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
+    pip = subprocess.run([str(Path(python).parent / "pip"), "--version"], capture_output=True, text=True, check=True)
+
     assert version.startswith("1.45."), version
-    return str(env.python)
+    assert pip.stdout.startswith("pip ")
 
 
 async def test_with_opentelemetry_1_45_the_concurrent_runner_trains_its_rewards_and_the_stock_one_is_refused(
