@@ -203,7 +203,7 @@ class TestRewards:
         assert [t.reward for t in result.transitions] == [pytest.approx(0.75)]
         assert adapter.unattributed_rewards == 0
 
-    async def test_a_reward_before_any_call_ended_is_counted_not_dropped_silently(
+    async def test_a_reward_before_any_call_ended_stays_in_the_return_and_is_counted(
         self, store: agl.InMemoryLightningStore, endpoint: PolicyEndpoint, renderer: renderers.Renderer
     ) -> None:
         endpoint.set_sampler(PromptSampler(renderer, lambda p: ["Red."]))
@@ -212,7 +212,8 @@ class TestRewards:
 
         adapter = EndpointTraceToTriplet()
         result = await trajectory(store, rollout_id, adapter)
-        assert [t.reward for t in result.transitions] == [1.0]
+        assert [t.reward for t in result.transitions] == [1.125]  # the 0.125 emitted first, then 1.0 returned
         assert adapter.unattributed_rewards == 1
+        assert adapter.take_metrics()["rewards/n_before_first_call"] == 1
         spans = [s for s in await store.query_spans(rollout_id) if s.name == COMPLETION_SPAN]
         assert [list(s.attributes[RESPONSE_IDS]) for s in spans] == [list(result.transitions[0].ac)]
