@@ -14,7 +14,9 @@ within ``crash_window_s`` of its start (agent import included), is given up. It 
 another one (``python=``: an agent's own environment). Each gets its settings and the store's token on a
 pipe (its store client and its OTLP span exporter send the token) and exits when its parent is gone,
 even after ``kill -9`` or a SIGTERM that ends it: the kernel kills it (``adapters.runner.entry``, armed
-before any heavy import), and a watch thread polls as a fallback.
+before any heavy import), and a watch thread polls as a fallback. A child has no terminal (stdin
+``/dev/null``, a session of its own: a framework's prompt ends at once) and reports each distinct error it
+logs on a second pipe (``ErrorReport``), which ``first_error`` hands the loop for its error line.
 """
 
 from __future__ import annotations

@@ -36,3 +36,15 @@ def quietly_failing_agent(task: dict[str, Any], llm: agl.LLM) -> float:
     except ConnectionError:
         logging.getLogger("some_framework.tools").exception("tool 'calculator' failed")
     return 0.0
+
+
+@rollout
+def error_span_agent(task: dict[str, Any], llm: agl.LLM) -> float:
+    """Its framework records a failed tool call on an OpenTelemetry span, logs nothing, and the agent scores 0."""
+    from opentelemetry import trace
+    from opentelemetry.trace import Status, StatusCode
+
+    with trace.get_tracer("some_framework").start_as_current_span("tool.calculator") as span:
+        span.record_exception(ConnectionError("the calculator MCP server is down"))
+        span.set_status(Status(StatusCode.ERROR))
+    return 0.0

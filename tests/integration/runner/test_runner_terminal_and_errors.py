@@ -68,3 +68,23 @@ async def test_an_error_the_agent_logs_and_swallows_reaches_the_trainer(
     assert [r.status for r in results] == ["succeeded", "succeeded"]
     assert all(r.trajectory.n_triplets == 0 for r in results)  # no policy call: nothing to train
     assert runners.first_error() == "tool 'calculator' failed: ConnectionError: the calculator MCP server is down"
+
+
+async def test_a_span_the_agents_framework_ended_with_an_error_reaches_the_trainer(
+    store_server: agl.LightningStoreServer,
+) -> None:
+    runners = RunnerProcesses(
+        "tests.integration.runner_env_agents:error_span_agent", store_server.endpoint, 1, concurrency=2
+    )
+    with runners:
+        runners.supervise()
+        results = await run(store_server, runners, 2)
+
+        async def reported() -> bool:
+            return runners.first_error() is not None
+
+        await until(reported, "the span's error never reached the runner's parent")
+    assert [r.status for r in results] == ["succeeded", "succeeded"]
+    first = runners.first_error()
+    assert first is not None and first.startswith("rollout ro-")
+    assert first.endswith(": span 'tool.calculator': ConnectionError: the calculator MCP server is down")
