@@ -196,6 +196,9 @@ class ErrorReport(logging.Handler):
         self.pipe, self.sent, self.broken = pipe, set[str](), False
 
     def emit(self, record: logging.LogRecord) -> None:
+        last_resort = logging.lastResort
+        if last_resort is not None and record.levelno >= last_resort.level and self._alone(record):
+            last_resort.handle(record)  # what Python printed for it before this handler was on the root
         if record.levelno < logging.ERROR and not getattr(record, AGENT_ERROR, False):
             return
         line = error_line(record)
@@ -208,12 +211,18 @@ class ErrorReport(logging.Handler):
         except (OSError, ValueError):  # the parent is gone or stopped reading
             self.broken = True
 
+    def _alone(self, record: logging.LogRecord) -> bool:
+        """Whether no other handler takes ``record`` (Python then prints it with its last-resort handler)."""
+        logger: logging.Logger | None = logging.getLogger(record.name)
+        while logger is not None:
+            if any(h is not self and record.levelno >= h.level for h in logger.handlers):
+                return False
+            logger = logger.parent if logger.propagate else None
+        return True
+
     def watch(self) -> ErrorReport:
-        """Listen on the root logger, keeping what it printed before: its handlers, else Python's last resort."""
-        root = logging.getLogger()
-        if not root.handlers and logging.lastResort is not None:
-            root.addHandler(logging.lastResort)
-        root.addHandler(self)
+        """Listen on the root logger (what nothing else handles is still printed, as before)."""
+        logging.getLogger().addHandler(self)
         return self
 
 

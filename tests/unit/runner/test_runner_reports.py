@@ -82,3 +82,21 @@ def test_the_error_report_sends_each_distinct_error_once_with_its_exception() ->
         "tool call failed: ValueError: the tool server is down",
         "rollout ro-1: span 'tool' ended with an error",
     ]
+
+
+def test_the_error_report_on_the_root_logger_prints_what_python_printed_before_once(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    root = logging.getLogger()
+    saved, root.handlers = root.handlers, []  # a runner's root logger has none (pytest's capture aside)
+    ErrorReport(io.StringIO()).watch()  # on the root logger: gone when its handlers are restored
+    handled = logging.getLogger("framework_with_a_handler")
+    own = logging.StreamHandler(io.StringIO())
+    handled.addHandler(own)
+    try:
+        logging.getLogger("bare_framework").warning("printed by the last resort")
+        handled.warning("printed by its own handler only")
+    finally:
+        root.handlers = saved
+        handled.removeHandler(own)
+    assert capsys.readouterr().err == "printed by the last resort\n"
