@@ -38,6 +38,9 @@ class BatchAccount:
     n_dropped_constant: int = 0
     n_without_reward: int = 0
     """Trainable members none of whose turns carried a reward (they train as if rewarded ``missing_reward``)."""
+    n_no_policy_call: int = 0
+    """Succeeded rollouts without one policy call to train on (no triplet): the agent answered without the policy,
+    or its calls failed and it carried on."""
 
     @classmethod
     def of(
@@ -65,6 +68,9 @@ class BatchAccount:
         named = {status: statuses[status] for status in STATUS_LABELS}
         n_dropped_no_trainable = sum(1 for n in n_trainable_P if n == 0)
         n_kept = sum(kept_P)
+        n_no_policy_call = sum(
+            1 for results_G in results_PG for r in results_G if r.status == "succeeded" and r.trajectory.n_triplets == 0
+        )
         return cls(
             n_enqueued=n_enqueued,
             n_succeeded=named["succeeded"],
@@ -79,6 +85,7 @@ class BatchAccount:
             n_dropped_no_trainable=n_dropped_no_trainable,
             n_dropped_constant=len(kept_P) - n_kept - n_dropped_no_trainable,
             n_without_reward=n_without_reward,
+            n_no_policy_call=n_no_policy_call,
         )
 
     @classmethod
@@ -123,6 +130,7 @@ class BatchAccount:
             "groups/n_dropped_no_trainable": float(self.n_dropped_no_trainable),
             "groups/n_dropped_constant": float(self.n_dropped_constant),
             "rollouts/n_without_reward": float(self.n_without_reward),
+            "rollouts/n_no_policy_call": float(self.n_no_policy_call),
         }
 
     def describe(self) -> str:
@@ -133,12 +141,20 @@ class BatchAccount:
         n_top, top = counts[0]
         if n_top == self.n_enqueued and top != "succeeded" and self.n_trainable == 0:
             return f"all {self.n_enqueued} rollouts {top}"
-        parts = [f"{n} {label}" for n, label in counts] + [f"{self.n_trainable} trainable"]
+        parts = [f"{n} {label}{self._no_call(label)}" for n, label in counts] + [f"{self.n_trainable} trainable"]
         if self.n_without_reward:
             parts.append(f"{self.n_without_reward} without reward")
         if self.n_dropped_constant:
             parts.append(f"{self.n_dropped_constant} constant-reward group(s) dropped")
         return f"{self.n_enqueued} rollouts: " + ", ".join(parts)
+
+    def _no_call(self, label: str) -> str:
+        """What ``describe`` adds to the succeeded count when some of them never called the policy."""
+        if label != "succeeded" or not self.n_no_policy_call:
+            return ""
+        if self.n_no_policy_call == self.n_succeeded:
+            return " but none called the policy endpoint"
+        return f" ({self.n_no_policy_call} without calling the policy endpoint)"
 
     def _named_counts(self) -> tuple[int, int, int, int]:
         return (self.n_succeeded, self.n_failed, self.n_timed_out, self.n_cancelled)

@@ -28,6 +28,11 @@ class RunnerPool(Protocol):
         """One line on the pool's health (alive, restarts, last exit code), for error messages."""
         ...
 
+    def first_error(self) -> str | None:
+        """The first error the runner processes logged (the agent's, its framework's), as one line; None if none
+        (or the runners live elsewhere): what a run that cannot train names as the likely cause."""
+        ...
+
     def dead_workers(self) -> Collection[str]:
         """Store worker ids of every process that has died; never reused, so their rollouts are lost."""
         ...

@@ -98,6 +98,10 @@ class StoreWorkers:
         """Never: remote runners may (re)join at any time; the queue deadline bounds the wait."""
         return False
 
+    def first_error(self) -> str | None:
+        """Runners elsewhere log to their own output: nothing reaches this process."""
+        return None
+
     def describe(self) -> str:
         return f"{self.alive} of {len(self._seen)} runner workers seen in the store are active"
 

@@ -43,6 +43,7 @@ from agentlightning.tracer.base import clear_active_tracer, get_active_tracer, s
 from agentlightning.types import NamedResources, SpanCoreFields
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace import TracerProvider as TracerProviderImpl
+from opentelemetry.trace import StatusCode
 
 from adapters.agl.finish import AttemptEnd, FinishingClient
 from adapters.langchain.tracing import instrument_langchain
@@ -53,6 +54,8 @@ DEFAULT_CONCURRENCY = 32
 HUNG_EXIT_CODE = 75
 """Exit code of a runner process whose every slot is held by a cancelled sync agent that never returned."""
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
+AGENT_ERROR = "agl_tinker_agent_error"
+"""A log record's attribute that marks what the agent's code reported as an error below ERROR level (a span's)."""
 
 
 @dataclass(slots=True)
@@ -415,6 +418,7 @@ class ConcurrentRunner:
                     traced, numbers = ConcurrentTracer.scope_spans(), ConcurrentTracer.scope_numbers()
             spans = [*traced, *_as_spans(result, rollout)]
             status = "succeeded"
+            self._log_span_error(rollout_id, traced)
         except asyncio.CancelledError:
             logger.warning("rollout %s ended in the store while running; its agent was cancelled", rollout_id)
             return
@@ -436,6 +440,26 @@ class ConcurrentRunner:
         if len(self._failures_seen) < 1000:
             self._failures_seen.add(key)
         logger.exception("rollout %s: the agent raised", rollout_id)
+
+    def _log_span_error(self, rollout_id: str, traced: Sequence[ReadableSpan]) -> None:
+        """The first span of a succeeded rollout that ended with an error (an exception the agent's framework
+        caught and recorded), logged once per distinct error: the trainer shows the first (``AGENT_ERROR``)."""
+        for span in traced:
+            if span.status.status_code is not StatusCode.ERROR:
+                continue
+            described = span.status.description or next(
+                (
+                    f"{event.attributes.get('exception.type', '')}: {event.attributes.get('exception.message', '')}"
+                    for event in span.events
+                    if event.name == "exception" and event.attributes
+                ),
+                "",
+            )
+            key = f"span {span.name!r}: {described}"
+            if key not in self._failures_seen and len(self._failures_seen) < 1000:
+                self._failures_seen.add(key)
+                logger.warning("rollout %s: %s", rollout_id, key, extra={AGENT_ERROR: True})
+            return
 
     async def _call_agent(self, rollout: AttemptedRollout, resources: NamedResources) -> object:
         agent = self._agent

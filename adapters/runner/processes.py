@@ -14,7 +14,9 @@ within ``crash_window_s`` of its start (agent import included), is given up. It 
 another one (``python=``: an agent's own environment). Each gets its settings and the store's token on a
 pipe (its store client and its OTLP span exporter send the token) and exits when its parent is gone,
 even after ``kill -9`` or a SIGTERM that ends it: the kernel kills it (``adapters.runner.entry``, armed
-before any heavy import), and a watch thread polls as a fallback.
+before any heavy import), and a watch thread polls as a fallback. A child has no terminal (stdin
+``/dev/null``, a session of its own: a framework's prompt ends at once) and reports each distinct error it
+logs on a second pipe (``ErrorReport``), which ``first_error`` hands the loop for its error line.
 """
 
 from __future__ import annotations
@@ -30,16 +32,16 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import Any, ClassVar, TextIO
 
 from agentlightning import AgentOpsTracer, LightningStore, LitAgent, LitAgentRunner
 from agentlightning.execution import ExecutionEvent, ThreadingEvent
 from pydantic import BaseModel, ConfigDict
 
 from adapters.agl.auth import TokenStoreClient, export_spans_with_token
-from adapters.runner.concurrent_runner import DEFAULT_CONCURRENCY, HUNG_EXIT_CODE, ConcurrentRunner
+from adapters.runner.concurrent_runner import AGENT_ERROR, DEFAULT_CONCURRENCY, HUNG_EXIT_CODE, ConcurrentRunner
 from adapters.runner.protocol import RUNNER_MODULE, STOP
 
 logger = logging.getLogger(__name__)
@@ -175,31 +177,102 @@ class RunnerSettings(BaseModel):
     concurrency: int | None
     sys_path: tuple[str, ...] = ()
     """The parent's import path, given only when the child runs the parent's own interpreter."""
+    report_fd: int | None = None
+    """The child's end of the pipe on which it reports the errors its agent logs (``ErrorReport``)."""
+
+
+class ErrorReport(logging.Handler):
+    """Sends the parent one line per distinct error logged in a runner process (the agent's, its framework's).
+
+    What a run that cannot train names as the likely cause: a traceback the runner or the agent's framework
+    logged, or a span that ended with an error (``AGENT_ERROR``), even when every rollout still succeeded.
+    At most ``LIMIT`` lines a process; the log itself is untouched.
+    """
+
+    LIMIT = 20
+
+    def __init__(self, pipe: TextIO) -> None:
+        super().__init__(logging.WARNING)
+        self.pipe, self.sent, self.broken = pipe, set[str](), False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        last_resort = logging.lastResort
+        if last_resort is not None and record.levelno >= last_resort.level and self._alone(record):
+            last_resort.handle(record)  # what Python printed for it before this handler was on the root
+        if record.levelno < logging.ERROR and not getattr(record, AGENT_ERROR, False):
+            return
+        line = error_line(record)
+        if self.broken or line in self.sent or len(self.sent) >= self.LIMIT:
+            return
+        self.sent.add(line)
+        try:
+            self.pipe.write(line + "\n")
+            self.pipe.flush()
+        except (OSError, ValueError):  # the parent is gone or stopped reading
+            self.broken = True
+
+    def _alone(self, record: logging.LogRecord) -> bool:
+        """Whether no other handler takes ``record`` (Python then prints it with its last-resort handler)."""
+        logger: logging.Logger | None = logging.getLogger(record.name)
+        while logger is not None:
+            if any(h is not self and record.levelno >= h.level for h in logger.handlers):
+                return False
+            logger = logger.parent if logger.propagate else None
+        return True
+
+    def watch(self) -> ErrorReport:
+        """Listen on the root logger (what nothing else handles is still printed, as before)."""
+        logging.getLogger().addHandler(self)
+        return self
+
+
+def error_line(record: logging.LogRecord) -> str:
+    """One line for a logged error: its message, and the exception's last line (``ValueError: ...``) if any."""
+    message = " ".join(record.getMessage().split())
+    if record.exc_info and record.exc_info[1] is not None:
+        error = record.exc_info[1]
+        message = f"{message}: {type(error).__name__}: {' '.join(str(error).split())}"
+    return message[:500]
 
 
 class SpanExportAlarm(logging.Handler):
-    """Says on stderr (the trainer's output, for runners it started) that this runner's span export fails.
+    """Says on stderr (the trainer's output, for runners it started) that a span exporter in this runner fails.
 
-    Agent-lightning's OTLP exporter (the stock runner's) and AgentOps log such failures and carry on:
-    the rollouts still succeed, without their rewards. One line at the first failure, then every 100th.
+    OpenTelemetry's exporters and AgentOps log such failures and carry on. Only Agent-lightning's own
+    ``LightningStoreOTLPExporter`` sending a rollout's spans to the store (the stock runner's) carries rewards:
+    its failure loses them while the rollout still succeeds. Any other exporter (a framework's telemetry, such as
+    CrewAI's, or the agent's own OpenTelemetry setup) loses only its own data, and the line says so, naming the
+    logger, and the exporter and its URL where the failure came from inside an exporter's ``export``
+    (``ExportWatch``). One line at the first failure of each kind, then every 100th.
     """
 
     EVERY = 100
 
     def __init__(self, worker_id: int) -> None:
         super().__init__(logging.WARNING)
-        self.worker_id, self.failures = worker_id, 0
+        self.worker_id, self.failures, self.other_failures = worker_id, 0, 0
 
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()
         if "export" not in message.lower():
             return
-        self.failures += 1
-        if self.failures == 1 or self.failures % self.EVERY == 0:
-            first = " ".join(message.split())[:300]
+        first = " ".join(message.split())[:300]
+        exporting = ExportWatch.current()
+        source = f"logger {record.name}" + (f", {exporting.exporter} to {exporting.url}" if exporting else "")
+        if exporting is not None and exporting.to_store:
+            self.failures += 1
+            if self.failures == 1 or self.failures % self.EVERY == 0:
+                sys.stderr.write(
+                    f"agl-tinker runner {self.worker_id}: span export to the store failed ({self.failures}x; "
+                    f"{source}): {first}; the rewards and spans of its rollouts do not reach the trainer\n"
+                )
+            return
+        self.other_failures += 1
+        if self.other_failures == 1 or self.other_failures % self.EVERY == 0:
             sys.stderr.write(
-                f"agl-tinker runner {self.worker_id}: span export failed ({self.failures}x): {first}; "
-                "the rewards and spans of its rollouts do not reach the trainer\n"
+                f"agl-tinker runner {self.worker_id}: a span exporter other than Agent-lightning's failed "
+                f"({self.other_failures}x; {source}): {first}; this does not carry the rollouts' rewards "
+                "and spans, which reach the trainer on their own way\n"
             )
 
     def watch(self) -> SpanExportAlarm:
@@ -209,6 +282,52 @@ class SpanExportAlarm(logging.Handler):
             if self not in found.handlers:
                 found.addHandler(self)
         return self
+
+
+@dataclass(frozen=True, slots=True)
+class ExportWatch:
+    """Which OTLP exporter this thread is running (or ran last): what a failure logged meanwhile belongs to.
+
+    OpenTelemetry's OTLP exporter logs its failures without naming itself; ``install`` wraps its ``export`` so
+    that the alarm can tell Agent-lightning's export to the store from a framework's. Exporters run on their
+    span processor's own thread, so the thread's last export is the one a failure logged there is about.
+    """
+
+    exporter: str
+    url: str
+    to_store: bool
+    """Agent-lightning's ``LightningStoreOTLPExporter``, sending a rollout's spans to the store."""
+
+    _local: ClassVar[threading.local] = threading.local()
+
+    @classmethod
+    def current(cls) -> ExportWatch | None:
+        found = getattr(cls._local, "export", None)
+        return found if isinstance(found, ExportWatch) else None
+
+    @classmethod
+    def note(cls, exporter: object) -> None:
+        from agentlightning.utils.otlp import LightningStoreOTLPExporter
+
+        to_store = isinstance(exporter, LightningStoreOTLPExporter) and exporter.rollout_id is not None
+        url = str(getattr(exporter, "_endpoint", None) or "?")
+        cls._local.export = cls(type(exporter).__name__, url, to_store)
+
+    @classmethod
+    def install(cls) -> None:
+        """Wrap ``OTLPSpanExporter.export`` (HTTP, what Agent-lightning and most frameworks use) once."""
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        original = OTLPSpanExporter.export
+        if getattr(original, "_agl_tinker_watched", False):
+            return
+
+        def export(self: OTLPSpanExporter, spans: Any) -> Any:
+            cls.note(self)
+            return original(self, spans)
+
+        export._agl_tinker_watched = True  # type: ignore[attr-defined]
+        OTLPSpanExporter.export = export  # type: ignore[method-assign]
 
 
 _alarm: SpanExportAlarm | None = None
@@ -226,7 +345,11 @@ def run_runner_process(settings: Mapping[str, Any], control: TextIO) -> None:
     os.environ.setdefault("AGENTOPS_LOG_LEVEL", "ERROR")  # no "Session Replay" line per rollout
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when runners stop
     export_spans_with_token(parsed.token)
+    if parsed.report_fd is not None:
+        os.set_inheritable(parsed.report_fd, False)  # the agent's own subprocesses must not hold it open
+        ErrorReport(os.fdopen(parsed.report_fd, "w", encoding="utf-8")).watch()
     global _alarm
+    ExportWatch.install()
     _alarm = SpanExportAlarm(parsed.worker_id).watch()
     stop = ThreadingEvent()
 
@@ -266,27 +389,41 @@ class RunnerChild:
     Shaped like ``multiprocessing.Process`` where the pool needs it (``start``, ``exitcode``, ``kill``, ``join``).
     """
 
-    def __init__(self, python: str, settings: RunnerSettings, name: str) -> None:
-        self._python, self._settings, self.name = python, settings, name
+    def __init__(
+        self, python: str, settings: RunnerSettings, name: str, on_error: Callable[[str], None] | None = None
+    ) -> None:
+        """``on_error``: called (from a reader thread) with each line of the child's ``ErrorReport``."""
+        self._python, self._settings, self.name, self._on_error = python, settings, name, on_error
         self._popen: subprocess.Popen[bytes] | None = None
         self._control: TextIO | None = None
 
     def start(self) -> None:
         read_end, write_end = os.pipe()
+        report_read, report_write = os.pipe()
         try:
             self._popen = subprocess.Popen(
                 [self._python, "-m", RUNNER_MODULE, str(read_end)],
-                pass_fds=(read_end,),
-                stdin=subprocess.DEVNULL,
+                pass_fds=(read_end, report_write),
+                stdin=subprocess.DEVNULL,  # a framework's prompt ("view your traces? [y/N]") ends at once
+                start_new_session=True,  # no controlling terminal either: /dev/tty cannot be opened to ask
                 env=_child_environment(self._python),
             )
         except BaseException:
             os.close(write_end)
+            os.close(report_read)
             raise
         finally:
             os.close(read_end)
+            os.close(report_write)
+        threading.Thread(target=self._read_errors, args=(report_read,), name=f"{self.name}-errors", daemon=True).start()
         self._control = os.fdopen(write_end, "w", encoding="utf-8")
-        self._send(self._settings.model_dump_json())
+        self._send(self._settings.model_copy(update={"report_fd": report_write}).model_dump_json())
+
+    def _read_errors(self, fd: int) -> None:
+        with os.fdopen(fd, "r", encoding="utf-8", errors="replace") as report:
+            for line in report:
+                if self._on_error is not None and line.strip():
+                    self._on_error(line.strip())
 
     def _send(self, line: str) -> None:
         if self._control is None or self._control.closed:
@@ -427,15 +564,29 @@ class RunnerProcesses:
         self._slots = [_Slot(self._process(worker_id), worker_id) for worker_id in range(n)]
         self._next_worker_id = n
         self._lock = threading.Lock()
+        self._errors_lock = threading.Lock()
         self._dead: set[str] = set()
         self._restarts = 0
         self._last_exitcode: int | None = None
         self._stopping = threading.Event()
         self._supervisor: threading.Thread | None = None
+        self._first_error: str | None = None
+        self._n_errors = 0
 
     def _process(self, worker_id: int) -> RunnerChild:
         settings = self._settings.model_copy(update={"worker_id": worker_id})
-        return RunnerChild(self._python, settings, name=f"agl-runner-{worker_id}")
+        return RunnerChild(self._python, settings, name=f"agl-runner-{worker_id}", on_error=self._note_error)
+
+    def _note_error(self, line: str) -> None:
+        with self._errors_lock:
+            self._n_errors += 1
+            if self._first_error is None:
+                self._first_error = line
+
+    def first_error(self) -> str | None:
+        """The first error the runner processes logged (the agent's, its framework's), or None."""
+        with self._errors_lock:
+            return self._first_error
 
     @property
     def _processes(self) -> Sequence[RunnerChild]:

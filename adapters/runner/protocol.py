@@ -10,7 +10,7 @@ from __future__ import annotations
 
 RUNNER_MODULE = "adapters.runner.entry"
 """What runner processes run: ``<python> -m RUNNER_MODULE <fd>``."""
-RUNNER_PROTOCOL = 1
+RUNNER_PROTOCOL = 2
 """The control pipe's format; an environment whose installed runner part says otherwise needs reinstalling."""
 STOP = "stop"
 """The control pipe's one command after the settings line."""

@@ -12,6 +12,10 @@ calls for either trajectory source where the config gives no ``agent_match`` (th
 
 Settings of the config that the trainer owns instead are not used here: ``store_url``,
 ``store_port``, ``n_runners``, ``agent``, ``tasks``, ``test_tasks``, ``test_split``.
+
+Importing this module needs only Agent-lightning: the trainer's own modules (``returns``, tinker, torch behind
+them) are imported when an algorithm runs, so a runner script in an agent's own environment can import
+``end_forked_children_with_this_process`` from here.
 """
 
 from __future__ import annotations
@@ -19,16 +23,16 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentlightning import Algorithm, Dataset, FastAlgorithm, TraceToTripletBase
 
 from adapters.runner.entry import end_forked_children_with_this_process
-from app.config import TrainConfig
-from app.launch import Run, agent_match_from, open_run_on_store
-from app.usecases.evaluation import all_task_groups, evaluate_task_groups
-from app.usecases.steps import TrainingHooks, TrainingSummary, evaluate
-from app.usecases.training import run_training
+
+if TYPE_CHECKING:  # the trainer's side, imported when an algorithm runs (see the module's docstring)
+    from app.config import TrainConfig
+    from app.launch import Run
+    from app.usecases.steps import TrainingHooks, TrainingSummary
 
 __all__ = ["Tinker", "TinkerAlgorithm", "TinkerDryRun", "end_forked_children_with_this_process", "tasks_of"]
 
@@ -48,6 +52,8 @@ def with_adapter_agent_match(config: TrainConfig, adapter: TraceToTripletBase) -
     given = getattr(adapter, "agent_match", None)
     if not isinstance(given, str):
         return config
+    from app.launch import agent_match_from
+
     return agent_match_from(
         config, given, source="the trainer adapter's agent_match", shown=f"the trainer adapter's {given!r}"
     )
@@ -80,6 +86,8 @@ class _OnTrainerStore(Algorithm):
     async def open_run(self, config: TrainConfig, train: Sequence[Any], test: Sequence[Any]) -> AsyncIterator[Run]:
         if not train:
             raise ValueError(f"{type(self).__name__} needs tasks: pass train_dataset to agl.Trainer.fit or dev")
+        from app.launch import open_run_on_store
+
         adapter = self.trainer_adapter()
         config = with_adapter_agent_match(config, adapter)
         async with open_run_on_store(config, self.get_store(), train, test, client_adapter=adapter) as run:
@@ -99,6 +107,8 @@ class TinkerAlgorithm(_OnTrainerStore):
         self.summary: TrainingSummary | None = None
 
     async def run(self, train_dataset: Dataset[Any] | None = None, val_dataset: Dataset[Any] | None = None) -> None:
+        from app.usecases.training import run_training
+
         async with self.open_run(self.run_config(), tasks_of(train_dataset), tasks_of(val_dataset)) as run:
             self.summary = await run_training(run.parts, self.hooks)
 
@@ -121,6 +131,9 @@ class TinkerDryRun(_OnTrainerStore, FastAlgorithm):
         self.metrics: dict[str, float] = {}
 
     async def run(self, train_dataset: Dataset[Any] | None = None, val_dataset: Dataset[Any] | None = None) -> None:
+        from app.usecases.evaluation import all_task_groups, evaluate_task_groups
+        from app.usecases.steps import evaluate
+
         train = tasks_of(train_dataset)
         once = self.run_config().model_copy(update={"batch_size": max(len(train), 1), "group_size": 1, "n_epochs": 1})
         async with self.open_run(once, train, tasks_of(val_dataset)) as run:

@@ -3,7 +3,10 @@
 ``agl-tinker train`` imports Agent-lightning, LiteLLM and torch (15-30 s) before it touches the
 task files, the model directory or the agent; a typo there used to cost that wait and, for a
 corrupt model, a screen of traceback. These checks read only files and sockets, with the standard
-library, ``domain.tasks`` and ``domain.chats``, and report the first problem as one line.
+library, ``domain.tasks`` and ``domain.chats``, and report the first problem as one line. One starts a
+process: the quick probe of the interpreter the runners will use (``runner_python``, else this one),
+which reads the agent's module there and names a package it imports that is missing there (a fraction
+of a second, where loading the agent takes Agent-lightning's import first: tens of seconds).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import importlib.util
 import json
 import os
 import socket
+import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -57,6 +61,7 @@ def preflight(config: TrainConfig) -> Result[TrainConfig, PreflightError]:
         lambda: _warm_start_file(config),
         lambda: _model_dir(config),
         lambda: _agent(config),
+        lambda: _agent_imports(config),
         lambda: _ports(config),
     ]
     for check in checks:
@@ -140,6 +145,39 @@ def _agent(config: TrainConfig) -> PreflightError | None:
     if missing is not None:
         return PreflightError(f"cannot load agent {reference!r}: no module named {missing!r}", EXIT_SETUP)
     return None
+
+
+QUICK_PROBE_TIMEOUT_S = 60.0
+"""Only catches a hang (the quick probe imports nothing); a probe that does not answer is left to the full one."""
+PROBE_PREFIX = "agl-tinker-probe: "
+"""``adapters.runner.probe``'s report line (not imported: this module stays off the adapters)."""
+
+
+def _agent_imports(config: TrainConfig) -> PreflightError | None:
+    """A package the agent's module imports that the runners' interpreter lacks, named before the heavy imports.
+
+    Anything the quick probe cannot say (the interpreter or this project's runner part missing there) is left to
+    the full probe that ``app.launch`` runs next, which names the problem and its fix.
+    """
+    if config.n_runners == 0:
+        return None
+    python = config.runner_python or sys.executable
+    try:
+        done = subprocess.run(
+            [python, "-m", "adapters.runner.probe", "--imports", config.agent],
+            capture_output=True, text=True, timeout=QUICK_PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = [line for line in done.stdout.splitlines() if line.startswith(PROBE_PREFIX)]
+    try:
+        missing = json.loads(lines[-1][len(PROBE_PREFIX) :]).get("missing") if lines else None
+    except (ValueError, AttributeError):
+        return None
+    if not isinstance(missing, str):
+        return None
+    where = f"runner environment {config.runner_python}: " if config.runner_python else ""
+    return PreflightError(f"{where}cannot load agent {config.agent!r}: No module named {missing!r}", EXIT_SETUP)
 
 
 def _missing_module(dotted: str) -> str | None:

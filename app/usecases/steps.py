@@ -118,9 +118,13 @@ class NothingToTrain(RuntimeError):
     """Batches keep coming back without a trainable rollout or a reward (the agent fails, times out, emits nothing)."""
 
     @classmethod
-    def after(cls, n_empty: int, i_batch: int, account: BatchAccount, cause: str | None = None) -> NothingToTrain:
+    def after(
+        cls, n_empty: int, i_batch: int, account: BatchAccount, cause: str | None = None, agent_error: str | None = None
+    ) -> NothingToTrain:
         batches = "batch" if n_empty == 1 else "batches"
         because = f"; {cause}" if cause else ""
+        if agent_error:
+            because += f"; the runners' first logged error: {agent_error}"
         if account.has_trainable:  # trainable rollouts, none of them rewarded
             return cls(
                 f"{n_empty} consecutive {batches} had no reward (batch {i_batch}: {account.describe()}): "
@@ -148,15 +152,16 @@ class EmptyStreak:
             self.n, self.last = self.n + 1, (i_batch, account)
         return 0 < self.limit <= self.n
 
-    def check(self, n_run: int, cause: str | None = None) -> None:
+    def check(self, n_run: int, cause: str | None = None, agent_error: str | None = None) -> None:
         """Raise ``NothingToTrain`` when none of the ``n_run`` batches of this run could train."""
         if self.last is not None and self.n == n_run:
-            raise self.error(cause)
+            raise self.error(cause, agent_error)
 
-    def error(self, cause: str | None = None) -> NothingToTrain:
-        """The streak's error; ``cause``: what the policy backend last failed with, which outranks the count."""
+    def error(self, cause: str | None = None, agent_error: str | None = None) -> NothingToTrain:
+        """The streak's error; ``cause``: what the policy backend last failed with, which outranks the count;
+        ``agent_error``: the first error the runner processes logged (``RunnerPool.first_error``)."""
         assert self.last is not None, "only a streak of empty batches is an error"
-        return NothingToTrain.after(self.n, *self.last, cause=cause)
+        return NothingToTrain.after(self.n, *self.last, cause=cause, agent_error=agent_error)
 
 
 @dataclass(slots=True)
@@ -417,6 +422,12 @@ def checkpoint_due(settings: TrainingSettings, done: int, n_batches: int) -> boo
     return settings.save_every > 0 and done % settings.save_every == 0 and done < n_batches
 
 
+def runners_first_error(parts: TrainingParts[TaskGroupT, MemberT, GroupT, SpanT]) -> str | None:
+    """The first error the run's own runner processes logged, if it started any."""
+    runners = parts.settings.rollouts.runners
+    return None if runners is None else runners.first_error()
+
+
 def end_step(
     parts: TrainingParts[TaskGroupT, MemberT, GroupT, SpanT],
     hooks: TrainingHooks,
@@ -430,7 +441,7 @@ def end_step(
     if hooks.on_batch_end:
         hooks.on_batch_end(step, metrics)
     if stop:
-        raise empty.error(parts.server.backend_failure())
+        raise empty.error(parts.server.backend_failure(), runners_first_error(parts))
 
 
 async def finish_run(
@@ -448,7 +459,7 @@ async def finish_run(
     failure, if any); else the final checkpoint, then the final evaluation unless the last batch was
     just evaluated. Returns ``summary``.
     """
-    empty.check(n_batches - start, parts.server.backend_failure())
+    empty.check(n_batches - start, parts.server.backend_failure(), runners_first_error(parts))
     settings = parts.settings
     if start < n_batches:
         summary.final_checkpoint = await save_checkpoint(

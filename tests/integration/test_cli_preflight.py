@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -38,13 +39,23 @@ def bad_agent(_tmp: Path) -> tuple[list[str], str]:
     return ["agent=my_agent.rollout"], "error: agent reference 'my_agent.rollout' must look like"
 
 
+def agent_needing_a_missing_package(_tmp: Path) -> tuple[list[str], str]:
+    """Refused by the quick probe in the runners' environment (the trainer's own here), not after loading
+    Agent-lightning there (53 s on a busy machine)."""
+    agent = "tests.integration.trainer_only_agent:solve"
+    return [f"agent={agent}", f"runner_python={sys.executable}"], (
+        f"error: runner environment {sys.executable}: cannot load agent '{agent}': "
+        "No module named 'trainer_only_package_xyz'"
+    )
+
+
 def missing_warm_start(tmp: Path) -> tuple[list[str], str]:
     return [f"warm_start.file={tmp / 'chats.jsonl'}"], f"error: warm-start file {tmp / 'chats.jsonl'} does not exist"
 
 
 @pytest.mark.parametrize(
     ("case", "code"),
-    [(bad_tasks, 2), (missing_warm_start, 2), (corrupt_model, 1), (bad_agent, 1)],
+    [(bad_tasks, 2), (missing_warm_start, 2), (corrupt_model, 1), (bad_agent, 1), (agent_needing_a_missing_package, 1)],
     ids=lambda c: getattr(c, "__name__", str(c)),
 )
 def test_bad_input_fails_fast_in_one_line(

@@ -141,7 +141,11 @@ async def test_a_run_whose_agent_always_fails_stops_loudly_and_logs_every_rollou
 
     message = str(raised.value)
     assert "\n" not in message
-    assert message == "2 consecutive batches had no trainable rollout (batch 1: all 32 rollouts failed)"
+    assert message.startswith(
+        "2 consecutive batches had no trainable rollout (batch 1: all 32 rollouts failed); "
+        "the runners' first logged error: rollout "
+    )
+    assert ": the agent raised: TypeError: boom on " in message
     run = Path(cfg.log_path)
     lines = batch_lines(run)
     assert [m["progress/batch"] for m in lines] == [0, 1]
@@ -166,9 +170,14 @@ def test_the_cli_reports_a_run_that_never_trained_as_one_error_line(tmp_path: Pa
     )  # fmt: skip
     assert result.returncode == 1, result.stderr
     lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert lines == ["error: 2 consecutive batches had no trainable rollout (batch 1: all 4 rollouts failed)"]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(
+        "error: 2 consecutive batches had no trainable rollout (batch 1: all 4 rollouts failed); "
+        "the runners' first logged error: rollout "
+    )
+    assert ": the agent raised: TypeError: boom on " in lines[0]
     # The runner processes log the agent's own traceback (the user's bug); the trainer prints none of its own.
-    assert result.stderr.count("Traceback") == result.stderr.count("TypeError: boom on")
+    assert result.stderr.count("Traceback") == result.stderr.count("TypeError: boom on") - 1  # the error line's
     assert "NothingToTrain" not in result.stderr
     assert "trained batches" not in result.stderr
 

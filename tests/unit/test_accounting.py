@@ -105,6 +105,29 @@ def test_constant_reward_groups_are_excluded_but_do_not_make_the_batch_untrainab
     assert account.describe() == "8 rollouts: 8 succeeded, 8 trainable, 1 constant-reward group(s) dropped"
 
 
+def no_call(status: str = "succeeded") -> RolloutResult:
+    """A rollout that never called the policy: no triplet at all."""
+    return RolloutResult(rollout_id="ro", status=status, trajectory=reconstruct_trajectory([]))
+
+
+def test_a_batch_whose_rollouts_succeeded_without_calling_the_policy_says_so() -> None:
+    account = BatchAccount.of([[no_call()] * 2, [no_call()] * 2], [[False] * 2] * 2, [False, False])
+    assert account.describe() == "4 rollouts: 4 succeeded but none called the policy endpoint, 0 trainable"
+    assert account.metrics()["rollouts/n_no_policy_call"] == 4.0
+
+
+def test_some_rollouts_without_a_policy_call_are_counted_among_the_succeeded() -> None:
+    account = BatchAccount.of(
+        [[no_call(), result("succeeded"), result("succeeded")], [no_call("failed")]],
+        [[False, True, True], [False]],
+        [True, False],
+    )
+    assert (
+        account.describe() == "4 rollouts: 3 succeeded (1 without calling the policy endpoint), 1 failed, 2 trainable"
+    )
+    assert account.n_no_policy_call == 1  # a failed rollout's missing call is its failure's doing, not counted
+
+
 def test_every_status_label_is_reported() -> None:
     assert set(STATUS_LABELS) == {"succeeded", "failed", TIMED_OUT, "cancelled"}
     assert list(account_of([], []).status_counts()) == [*STATUS_LABELS.values(), "other"]
@@ -120,7 +143,7 @@ def test_inconsistent_inputs_are_refused(trainable_PG: list[list[bool]], kept_P:
         BatchAccount.of([[result("succeeded")]], trainable_PG, kept_P)
 
 
-@given(st.lists(st.builds(BatchAccount, *[st.integers(0, 50)] * 11), max_size=5))
+@given(st.lists(st.builds(BatchAccount, *[st.integers(0, 50)] * 12), max_size=5))
 def test_merged_accounts_sum_every_count(accounts: list[BatchAccount]) -> None:
     merged = BatchAccount.merge(accounts)
 
@@ -128,6 +151,7 @@ def test_merged_accounts_sum_every_count(accounts: list[BatchAccount]) -> None:
     assert merged.n_trained == sum(a.n_trained for a in accounts)
     assert merged.n_dropped_constant == sum(a.n_dropped_constant for a in accounts)
     assert merged.n_excluded == sum(a.n_excluded for a in accounts)
+    assert merged.n_no_policy_call == sum(a.n_no_policy_call for a in accounts)
 
 
 def rewarded(reward: float | None) -> RolloutResult:

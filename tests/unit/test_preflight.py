@@ -108,6 +108,34 @@ def test_agents_in_packages_and_in_the_working_directory_are_found() -> None:
     assert problem(agent="app.demo.agent:whatever") is None  # the attribute is checked when runners load it
 
 
+AGENT_NEEDING_A_MISSING_PACKAGE = """
+from __future__ import annotations
+import json
+try:
+    import optional_speedup_xyz  # guarded: not a requirement
+except ImportError:
+    pass
+import trainer_only_package_xyz
+import agentlightning as agl
+"""
+
+
+@pytest.mark.parametrize("runner_python", [None, sys.executable], ids=["this-env", "runner_python"])
+def test_an_agent_importing_a_package_the_runners_environment_lacks_is_named_before_anything_heavy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runner_python: str | None
+) -> None:
+    """The quick probe runs where the runners will (``runner_python``; the trainer's own here) and reads the module
+    without importing it: the same line ``agl-tinker train`` printed after loading Agent-lightning there."""
+    (tmp_path / "needy_agent.py").write_text(AGENT_NEEDING_A_MISSING_PACKAGE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the runner part, as an agent's environment has it installed
+    where = f"runner environment {runner_python}: " if runner_python else ""
+    expected = f"{where}cannot load agent 'needy_agent:solve': No module named 'trainer_only_package_xyz'"
+    assert problem(agent="needy_agent:solve", runner_python=runner_python) == (expected, EXIT_SETUP)
+    (tmp_path / "needy_agent.py").write_text(AGENT_NEEDING_A_MISSING_PACKAGE.replace("trainer_only_package_xyz", "csv"))
+    assert problem(agent="needy_agent:solve", runner_python=runner_python) is None
+
+
 def test_a_port_in_use_is_named() -> None:
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
