@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from adapters.files.cache import cache_root
+from adapters.runner.pdeathsig_hook import install_startup_hook
 
 BASE_PYTHON_ENV = "AGL_TINKER_AGENT_PYTHON"
 """Overrides the interpreter the environments are made from (default: this one's base interpreter)."""
@@ -267,6 +268,14 @@ def _install_project(env: Path, *, uv: str, project_root: Path, source_hash: str
     # The runner part must import there (it is what runner processes start with); seconds, once per install.
     check = [python, "-c", "import adapters.runner.processes"]
     _run(check, what="importing adapters.runner.processes there", cwd=Path(tempfile.gettempdir()), **step)
+    # Every interpreter there arms the processes it forks to die with it (an unmodified agl.Trainer script).
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    install_startup_hook(Path(purelib))
     stamp.write_text(source_hash + "\n")
     log(f"agent-env: installed agl-tinker into {env} in {time.monotonic() - started:.1f} s")
 

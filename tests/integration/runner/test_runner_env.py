@@ -49,9 +49,14 @@ def test_an_env_pinning_opentelemetry_1_45_builds_with_the_runner_requirements()
         capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
     pip = subprocess.run([str(Path(python).parent / "pip"), "--version"], capture_output=True, text=True, check=True)
+    hooked = subprocess.run(
+        [python, "-c", "import sys; print('_agl_tinker_pdeathsig' in sys.modules)"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
 
     assert version.startswith("1.45."), version
     assert pip.stdout.startswith("pip ")
+    assert hooked == "True", "every interpreter of the environment arms its forks to die with it"
 
 
 async def test_with_opentelemetry_1_45_the_concurrent_runner_trains_its_rewards_and_the_stock_one_is_refused(
