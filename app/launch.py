@@ -374,6 +374,9 @@ def training_settings(
             vocab_size=vocab_size,
             runners=runners,
             forget_finished=not config.keep_rollouts,
+            # Tinker's sampler serves a seeded request alone (adapters.tinker.coalescing): seeds there would
+            # cost the coalesced groups, and its service does not promise the same tokens for a seed anyway.
+            sampling_seed=config.seed if config.policy.backend == "local" else None,
         ),
         eval_every=config.eval_every,
         eval_temperature=config.eval_temperature,

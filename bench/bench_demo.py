@@ -17,6 +17,11 @@ a markdown table of each run's last and best test reward and wall time. ``--loop
 instead (about twice as fast; the same learning, to try settings before the pipeline confirms them).
 
     .venv/bin/python bench/bench_demo.py --seeds 0,1,2,3,4 [--lora-rank 32] [--loop direct] [key=value ...]
+
+With ``--warm-only``, only the warm start and one greedy evaluation per seed (no RL): what the policy scores
+before RL has taught it anything.
+
+    .venv/bin/python bench/bench_demo.py --warm-only --seeds 0,1,2,3,4 [key=value ...]
 """
 
 from __future__ import annotations
@@ -104,8 +109,10 @@ async def _reply(
     return out
 
 
-async def direct(config: TrainConfig) -> Outcome:
-    """The same learning with the sampler called in process: no store, runner, proxy or tracer."""
+async def direct(config: TrainConfig, *, warm_only: bool = False) -> Outcome:
+    """The same learning with the sampler called in process: no store, runner, proxy or tracer.
+
+    ``warm_only``: stop after the warm start's evaluation (no batch trained)."""
     dataset, test = await build_datasets(config)
     model_dir = local_model_dir(config)
     trainer = LocalTrainer(
@@ -132,7 +139,7 @@ async def direct(config: TrainConfig) -> Outcome:
     sampler = await trainer.sampler("direct-0")
     reference = sampler if config.kl_penalty_coef > 0 else None
     before = after = best = await evaluate(sampler)
-    n_batches = min(len(dataset), config.max_batches or len(dataset))
+    n_batches = 0 if warm_only else min(len(dataset), config.max_batches or len(dataset))
     done = 0
     for i_batch in range(n_batches):
         if config.eval_every and i_batch % config.eval_every == 0 and i_batch > 0:
@@ -161,8 +168,9 @@ async def direct(config: TrainConfig) -> Outcome:
         sampler = await trainer.sampler(f"direct-{i_batch + 1}")
         done = i_batch + 1
     else:
-        after = await evaluate(sampler)
-        best = max(best, after)
+        if n_batches:
+            after = await evaluate(sampler)
+            best = max(best, after)
     seconds = time.perf_counter() - started
     trainer.close()
     cpu_s = time.process_time() - cpu
@@ -194,6 +202,18 @@ def seed_table(seeds: list[int], lora_rank: int, loop: str, overrides: list[str]
         )
 
 
+def warm_only_table(seeds: list[int], overrides: list[str], workdir: Path) -> None:
+    """One row a seed: the greedy test reward right after the warm start, before any RL."""
+    print(f"the demo's greedy test reward after the warm start, before RL (overrides: {' '.join(overrides) or 'none'})")
+    rewards = []
+    for seed in seeds:
+        config = load_config(None, [f"log_path={workdir / f'warm-{seed}'}", f"seed={seed}", *overrides]).unwrap()
+        outcome = asyncio.run(direct(config, warm_only=True))
+        rewards.append(outcome.reward_before)
+        print(f"seed {seed}: {outcome.reward_before:.2f} ({outcome.seconds:.0f} s)", flush=True)
+    print(f"mean {statistics.mean(rewards):.2f}, max {max(rewards):.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", type=float, default=None, help="stop here (default 0.9; none with --seeds)")
@@ -202,6 +222,7 @@ def main() -> None:
     parser.add_argument("--lora-rank", type=int, default=32)
     parser.add_argument("--loop", choices=("pipeline", "direct"), default="pipeline", help="with --seeds")
     parser.add_argument("--only", choices=("both", "full", "lora"), default="both", help="with --seeds")
+    parser.add_argument("--warm-only", action="store_true", help="with --seeds: warm start + one evaluation")
     parser.add_argument("overrides", nargs="*", help="config overrides, e.g. n_runners=4")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="bench-demo-"))
@@ -210,6 +231,9 @@ def main() -> None:
             limits = [f"target_test_reward={args.target}"] if args.target is not None else []
             limits += [f"max_batches={args.max_batches}"] if args.max_batches is not None else []
             seeds = [int(s) for s in args.seeds.split(",")]
+            if args.warm_only:
+                warm_only_table(seeds, args.overrides, workdir)
+                return
             seed_table(seeds, args.lora_rank, args.loop, [*limits, *args.overrides], workdir, args.only)
             return
         args.target = 0.9 if args.target is None else args.target

@@ -6,6 +6,7 @@ them) and the training loop (which swaps them for a greedy evaluation).
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, replace
 
@@ -59,3 +60,12 @@ def check_top_p(value: float) -> None:
 def check_top_k(value: int) -> None:
     if value != -1 and value < 1:
         raise ValueError(f"top_k {value} must be -1 (no limit) or >= 1")
+
+
+def derive_seed(*parts: int | str) -> int:
+    """A 62-bit sampling seed from ``parts`` (e.g. the run's seed and a rollout's place in its batch).
+
+    Stable across processes and runs, unlike ``hash``: the same parts always give the same seed.
+    """
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 2

@@ -6,7 +6,7 @@ switches sampling defaults for evaluation, and registers the endpoint as the age
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from domain.sampling import SamplingDefaults
@@ -24,6 +24,10 @@ class PolicyServer(Protocol):
 
     def set_temperature(self, temperature: float) -> SamplingDefaults:
         """Change only the default temperature; returns the previous defaults."""
+        ...
+
+    def seed_rollouts(self, seeds: Mapping[str, int]) -> None:
+        """Sample each of these rollouts (id -> seed) from its own seed, whatever order its requests arrive in."""
         ...
 
     def forget(self, rollout_ids: Sequence[str]) -> None:

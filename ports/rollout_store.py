@@ -45,6 +45,8 @@ class RolloutRequest:
     mode: str
     """``train``, ``val`` or ``test``."""
     resources_id: str | None
+    seed: int | None = None
+    """The rollout's sampling seed: the endpoint derives each of its requests' seeds from it (None: arrival order)."""
 
 
 @dataclass(frozen=True, slots=True)

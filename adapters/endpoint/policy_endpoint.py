@@ -21,7 +21,7 @@ import ipaddress
 import logging
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Literal
@@ -178,8 +178,12 @@ class PolicyEndpoint:
         """Serve new weights from the next request on; in-flight requests finish on the old ones."""
         return self._provider.set_sampler(sampler)
 
+    def seed_rollouts(self, seeds: Mapping[str, int]) -> None:
+        """Sample each of these rollouts (id -> seed) from its own seed, whatever order its requests arrive in."""
+        self._provider.seed_rollouts(seeds)
+
     def forget(self, rollout_ids: Sequence[str]) -> None:
-        """Drop what the endpoint holds for these finished rollouts (their served turns)."""
+        """Drop what the endpoint holds for these finished rollouts (their served turns and seeds)."""
         self._provider.forget(rollout_ids)
 
     @property

@@ -53,6 +53,7 @@ from adapters.endpoint.capture import (
     rollout_call,
     tools_key,
 )
+from adapters.endpoint.seeds import RolloutSeeds
 from domain.multiturn import NormalMessage, ServedTurn, TurnMatch, match_served_turn, splice_prompt
 from domain.sampling import SamplingDefaults, check_temperature, check_top_k, check_top_p
 from ports.policy import SampledSequence, Sampler, SamplingParams, StopReason
@@ -359,6 +360,7 @@ class PolicyProvider(CustomLLM):
         self._recorder = recorder
         self._sequence_ids = sequence_ids
         self._served = ServedTurns()
+        self._seeds = RolloutSeeds()
         self._end_of_turn = frozenset(s for s in self._renderer_stops if isinstance(s, int))
         self._counters: Counter[str] = Counter()
         self._last_failure: str | None = None
@@ -395,9 +397,14 @@ class PolicyProvider(CustomLLM):
             if not (item["provider"] == provider_name and item["custom_handler"] is self)
         ]
 
+    def seed_rollouts(self, seeds: Mapping[str, int]) -> None:
+        """Sample these rollouts' requests from their own seeds (``adapters.endpoint.seeds``)."""
+        self._seeds.assign(seeds)
+
     def forget(self, rollout_ids: Sequence[str]) -> None:
-        """Drop the served turns of these finished rollouts."""
+        """Drop the served turns and seeds of these finished rollouts."""
         self._served.forget(rollout_ids)
+        self._seeds.forget(rollout_ids)
 
     @property
     def rollouts_held(self) -> int:
@@ -477,6 +484,7 @@ class PolicyProvider(CustomLLM):
         sampler = snapshot.sampler
         if sampler is None:
             raise NoPolicy("no policy sampler is set yet")
+        request = self._seeded(request, call, snapshot.version)
 
         def call_sampler() -> Coroutine[object, object, Sequence[SampledSequence]]:
             return _sample(sampler, tokens_P, request)
@@ -531,6 +539,18 @@ class PolicyProvider(CustomLLM):
             )
         await self._record(spans)
         return response
+
+    def _seeded(self, request: SamplingRequest, call: RolloutCall | None, version: int) -> SamplingRequest:
+        """``request`` with its rollout's seed for this turn, unless it brought its own or the rollout has none."""
+        if call is None or request.params.seed is not None:
+            return request
+        turn = sum(1 for served in self._served.of(call) if served.choice == 0)
+        seed = self._seeds.seed_of(call.rollout_id, call.attempt_id, version, turn)
+        if seed is None:
+            if len(self._seeds):
+                self._count("sample/unseeded_rollout")
+            return request
+        return replace(request, params=replace(request.params, seed=seed))
 
     def _rendered(self, messages: Sequence[Mapping[str, object]], tools: object) -> list[int]:
         """``prompt_tokens``, remembered for recent conversations: a GRPO group sends the same first prompt

@@ -2,9 +2,9 @@
 
 Small enough for a ~100 K-parameter model to learn on a laptop CPU in minutes, and graded
 exactly, so a rising reward means the policy learned the mapping. The supervised warm start only
-teaches the answer format (a single digit, then end of turn): number words only ever get digits
-drawn independently of their own, so the warmed-up policy scores about chance (0.1) and everything
-above that is learned by RL.
+teaches the answer format (a single digit, then end of turn): a number word's own digit is never
+among its most frequent replies, so the warm start does not point greedy decoding at the answer and
+what the policy gets right is learned by RL.
 """
 
 from __future__ import annotations
@@ -38,17 +38,21 @@ def format_warm_start(seed: int = 0) -> list[list[dict[str, str]]]:
     """Chats teaching the answer format, never the answer: 400, drawn and shuffled by ``seed``.
 
     Half echo a digit ("7" -> "7", each digit twenty times): one digit then end of turn, and
-    reading the question. Half answer a number word with digits drawn independently of its own:
-    each word once with every digit plus ten random ones. The random part makes each word's
-    replies differ, so the policy must tell the words apart (with every word's digits spread
-    evenly it learns to ignore the word, and RL stalls at chance); every digit at least once keeps
-    each answer sampled (with random digits alone some words never sample theirs). The warmed-up
-    policy is at chance in expectation.
+    reading the question. Half answer a number word: each word once with every digit, plus ten
+    digits drawn from the other nine. The drawn part makes each word's replies differ, so the
+    policy must tell the words apart (with every word's digits spread evenly it learns to ignore
+    the word, and RL stalls at chance); every digit once keeps each answer sampled (with drawn
+    digits alone some words never sample theirs). Drawing them from the other digits keeps the
+    answer out of every seed's warm start: a word's own digit is one of its twenty replies, and
+    ten draws from nine digits give some other digit at least two, so greedy decoding after the
+    warm start never favours the answer (drawn from all ten, some seeds' words got theirs three
+    or four times and scored 0.2-0.3 before any RL).
     """
     rng = random.Random(seed)
     chats: list[list[dict[str, str]]] = []
-    for word in NUMBER_WORDS:
-        for digit in [*range(10), *(rng.randrange(10) for _ in range(10))]:
+    for own, word in enumerate(NUMBER_WORDS):
+        others = [d for d in range(10) if d != own]
+        for digit in [*range(10), *(rng.choice(others) for _ in range(10))]:
             chats.append([{"role": "user", "content": word}, {"role": "assistant", "content": str(digit)}])
     for digit in map(str, range(10)):
         chats.extend([{"role": "user", "content": digit}, {"role": "assistant", "content": digit}] for _ in range(20))

@@ -169,6 +169,7 @@ async def run_async_training(
                             remove_constant_reward_groups=settings.remove_constant_reward_groups,
                         ),
                         on_result=forward_rollouts(hooks.on_rollout, parts.rollout_log, key[0], key[1]),
+                        first_group=key[1],
                     )
                 finally:
                     flow.ended_one()

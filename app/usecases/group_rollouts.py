@@ -11,7 +11,6 @@ the group assembler are passed in.
 
 from __future__ import annotations
 
-import itertools
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from domain.groups import (
     is_trainable,
     nonconstant_group_indices,
 )
+from domain.sampling import derive_seed
 from ports.rollout_store import RolloutRequest, RolloutStore, SpanT, TripletSource
 from ports.trajectory_groups import GroupAssembler, GroupT, MemberT, TaskGroupT
 
@@ -67,12 +67,24 @@ async def rollout_groups(
     options: GroupRolloutOptions = GroupRolloutOptions(),
     on_result: OnResult | None = None,
     stats: RolloutStats | None = None,
+    first_group: int = 0,
 ) -> GroupedBatch[GroupT]:
-    """The batch's groups in input order, without the dropped ones, and its account."""
+    """The batch's groups in input order, without the dropped ones, and its account.
+
+    ``first_group``: the first group's index in its dataset batch (the groups of a batch may be rolled out apart),
+    part of each rollout's sampling seed with ``i_batch``, ``mode`` and its index in the group.
+    """
     members_P = [list(await assembler.members(task_group)) for task_group in task_groups_P]
+    run_seed = options.rollouts.sampling_seed
     requests = [
-        RolloutRequest(task=assembler.task_of(member), mode=mode, resources_id=resources_id)
-        for member in itertools.chain(*members_P)
+        RolloutRequest(
+            task=assembler.task_of(member),
+            mode=mode,
+            resources_id=resources_id,
+            seed=None if run_seed is None else derive_seed(run_seed, mode, i_batch, first_group + i_group, i_member),
+        )
+        for i_group, members_G in enumerate(members_P)
+        for i_member, member in enumerate(members_G)
     ]
     results = await run_rollouts(
         requests, store=store, triplets=triplets, options=options.rollouts, on_result=on_result, stats=stats

@@ -75,6 +75,10 @@ class RolloutOptions:
     """The runner processes this run supervises; ``None`` when runners live elsewhere (nothing to watch)."""
     endpoint: PolicyServer | None = field(default=None, compare=False)
     """The endpoint serving these rollouts: it drops what it holds for each one that succeeded or failed."""
+    sampling_seed: int | None = None
+    """The run's seed: ``rollout_groups`` derives each rollout's sampling seed from it and the rollout's place in
+    its batch, so a rollout samples the same tokens whichever order the requests of concurrent rollouts arrive in
+    (None: each request's seed comes from arrival order)."""
     forget_finished: bool = False
     """Drop a rollout that succeeded or failed from the store once its trajectory is rebuilt (nothing reads
     it again: a resumed run rolls its tasks out anew), so a long run's memory stays flat. Rollouts that timed
@@ -164,6 +168,9 @@ async def run_rollouts(
             chunk = requests[next_request : next_request + free]
             ids = await store.enqueue_many(chunk, options.retry)
             stats.store_calls += 1
+            seeds = {rid: r.seed for rid, r in zip(ids, chunk, strict=True) if r.seed is not None}
+            if seeds and options.endpoint is not None:
+                options.endpoint.seed_rollouts(seeds)
             enqueued_at = time.monotonic()
             for offset, rollout_id in enumerate(ids):
                 pending[rollout_id] = _Pending(

@@ -69,6 +69,31 @@ async def test_the_reward_rises_through_the_real_pipeline(tmp_path: Path) -> Non
         assert r["status"] == "succeeded" and turn["ob"] and 1 <= len(turn["ac"]) == len(turn["logprobs"]) <= 4
 
 
+def sampled_by_prompt(run: Path) -> dict[tuple[int, tuple[int, ...]], list[tuple[int, ...]]]:
+    """Per (batch, prompt): the tokens its rollouts sampled, sorted (the log holds them in finishing order)."""
+    sampled: dict[tuple[int, tuple[int, ...]], list[tuple[int, ...]]] = {}
+    for r in rollout_lines(run):
+        (turn,) = r["transitions"]
+        sampled.setdefault((r["batch"], tuple(turn["ob"])), []).append(tuple(turn["ac"]))
+    return {key: sorted(acs) for key, acs in sampled.items()}
+
+
+async def test_two_runs_with_the_same_seed_sample_the_same_tokens(tmp_path: Path) -> None:
+    """Two runner processes run 32 rollouts at once, whose requests reach the endpoint in a different order each
+    run: every rollout's seed comes from the run's seed and its place in the batch, so the runs sample alike."""
+    runs = [
+        config(tmp_path / name, max_batches=2, save_rollouts="true", kl_penalty_coef=0, **{"warm_start.steps": 0})
+        for name in ("first", "second")
+    ]
+    for cfg in runs:
+        await train(cfg)
+
+    first, second = (sampled_by_prompt(Path(cfg.log_path)) for cfg in runs)
+    assert sum(len(acs) for acs in first.values()) == 2 * 32
+    assert first == second
+    assert len({ac for acs in first.values() for ac in acs}) > 8, "rollouts sample from seeds of their own"
+
+
 async def test_an_interrupted_run_resumes_at_its_checkpoint_without_repeating_trained_batches(tmp_path: Path) -> None:
     resumable = {"save_every": 2, "save_rollouts": "true", "eval_every": 2, "lr_schedule": "linear"}
     cfg = config(tmp_path, max_batches=4, **resumable)
