@@ -296,15 +296,26 @@ def _read_file(path: str | None) -> Result[dict[str, Any], ConfigError]:
 
 def _override_value(path: Sequence[str], text: str) -> object:
     """``text`` typed by the field at ``path``: a text field takes it as written (``wandb_name=2024`` stays
-    ``"2024"``; ``null`` unsets one that may be unset); any other field, or an unknown key, gets JSON where it parses
+    ``"2024"``; a JSON string literal, ``name="x y"``, gives its content, as overrides written with ``json.dumps``
+    send it; ``null`` unsets one that may be unset); any other field, or an unknown key, gets JSON where it parses
     (numbers, booleans, null, lists, tables) and the text otherwise, for pydantic to check against the field."""
     annotation = _annotation(TrainConfig, path)
     if annotation is not None and _takes_text(annotation):
-        return None if text == "null" and type(None) in _members(annotation) else text
+        if text == "null" and type(None) in _members(annotation):
+            return None
+        return _json_string(text) if len(text) >= 2 and text[0] == text[-1] == '"' else text
     try:
         return json.loads(text)
     except json.JSONDecodeError:
         return text
+
+
+def _json_string(text: str) -> str:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return text
+    return value if isinstance(value, str) else text
 
 
 def _annotation(model: type[BaseModel], path: Sequence[str]) -> object | None:
