@@ -417,9 +417,9 @@ class PolicyProvider(CustomLLM):
             counters, self._counters = dict(self._counters), Counter()
         return counters
 
-    def _count(self, key: str) -> None:
+    def _count(self, key: str, n: int = 1) -> None:
         with self._lock:
-            self._counters[key] += 1
+            self._counters[key] += n
 
     @property
     def last_failure(self) -> str | None:
@@ -644,8 +644,7 @@ class PolicyProvider(CustomLLM):
             self._count("capture/failed")
             logger.warning("could not record the completion of rollout %s: %s", spans[0].rollout_id, error)
         else:
-            for _ in spans:
-                self._count("capture/recorded")
+            self._count("capture/recorded", len(spans))
 
 
 async def _sample(sampler: Sampler, tokens_P: Sequence[int], request: SamplingRequest) -> Sequence[SampledSequence]:
