@@ -74,6 +74,7 @@ class LocalSampler:
         self._batch: kv_batch.KVBatch | None = None
         self._driver: asyncio.Task[None] | None = None
         self._forward_passes = 0
+        self._prefilled_tokens = 0
 
     @classmethod
     def from_pretrained(
@@ -88,6 +89,11 @@ class LocalSampler:
     def forward_passes(self) -> int:
         """How many model forward passes sampling has run (a batched step counts once)."""
         return self._forward_passes
+
+    @property
+    def prefilled_tokens(self) -> int:
+        """How many prompt tokens sampling has run through the model (a prompt shared by requests counts once)."""
+        return self._prefilled_tokens
 
     @property
     def tokenizer(self) -> PreTrainedTokenizerBase:
@@ -168,9 +174,13 @@ class LocalSampler:
                 self._forward_passes += 1
                 self._active, self._batch = self._advance(self._active, logits, batch, finished)
             if admitted:
-                logits, batch = kv_batch.prefill(self._model, [r.prompt for r in admitted], self._pad)
+                # A group's rollouts send one prompt each: prefill each distinct prompt once, then copy its cache.
+                distinct: dict[tuple[int, ...], int] = {}
+                which = [distinct.setdefault(tuple(r.prompt), len(distinct)) for r in admitted]
+                logits, batch = kv_batch.prefill(self._model, [list(p) for p in distinct], self._pad)
                 self._forward_passes += 1
-                expand = [i for i, r in enumerate(admitted) for _ in r.rows]
+                self._prefilled_tokens += sum(map(len, distinct))
+                expand = [which[i] for i, r in enumerate(admitted) for _ in r.rows]
                 batch = kv_batch.select(batch, expand)
                 joining = [_Active(r, row) for r in admitted for row in r.rows]
                 survivors, new_batch = self._advance(joining, logits[expand], batch, finished)

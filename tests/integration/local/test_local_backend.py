@@ -187,6 +187,22 @@ async def test_concurrent_requests_share_one_forward_pass_per_step(trainer: Loca
         assert got.logprobs == pytest.approx(want.logprobs, abs=1e-5)
 
 
+async def test_a_prompt_sent_by_several_requests_at_once_is_prefilled_once(trainer: LocalTrainer) -> None:
+    """A group's rollouts send the same prompt together: one prefill, then each row samples as if alone."""
+    sampler = await trainer.sampler("s0")
+    prompt, other = chat_prompt(trainer, "seven"), chat_prompt(trainer, "three")
+    params = [SamplingParams(max_tokens=10, seed=i, stop_token_ids=(-1,)) for i in range(8)]
+    alone = [(await sampler.sample(prompt, p))[0] for p in params]
+
+    before = sampler.prefilled_tokens
+    together = await asyncio.gather(*(sampler.sample(prompt, p) for p in params), sampler.sample(other, params[0]))
+
+    assert sampler.prefilled_tokens - before == len(prompt) + len(other)
+    for (got,), want in zip(together, alone, strict=False):
+        assert got.tokens == want.tokens
+        assert got.logprobs == pytest.approx(want.logprobs, abs=1e-5)
+
+
 async def test_a_request_joining_a_running_batch_gets_the_same_result(trainer: LocalTrainer) -> None:
     sampler = await trainer.sampler("s0")
     long_prompt = chat_prompt(trainer, "Count from one to twenty, then say goodbye.")
