@@ -8,6 +8,7 @@ that scores a group as a whole keeps doing so.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -17,6 +18,7 @@ from tinker_cookbook.rl.types import TrajectoryGroup
 
 from adapters.cookbook.env import AGLDummyEnv, AGLDummyEnvGroupBuilder
 from adapters.cookbook.rl_types import to_cookbook_trajectory, to_trajectory_group
+from domain.metric_names import TRAIN_REWARD as REWARD
 from domain.trajectory import ReconstructedTrajectory
 
 
@@ -62,8 +64,18 @@ class CookbookGroups:
 
 
 def evaluation_metrics(groups_P: Sequence[TrajectoryGroup], *, n_tasks: int) -> dict[str, float]:
-    """Cookbook trajectory metrics plus the fraction of tasks that produced a usable trajectory."""
+    """Cookbook trajectory metrics plus the fraction of tasks that produced a usable trajectory.
+
+    ``env/all/reward/total`` is the mean over all ``n_tasks`` test tasks, one whose rollouts left no group
+    (timed out before any call was answered, say) counting 0: a score over the tasks that finished would
+    flatter a policy whose slow replies run out of time. The cookbook's mean over the finished ones is
+    ``env/all/reward/total_of_finished``; both are equal when every task finished.
+    """
     metrics = dict(compute_trajectory_metrics(list(groups_P), [[] for _ in groups_P]))
     usable = sum(1 for g in groups_P if any(t.transitions for t in g.trajectories_G))
     metrics["env/all/frac_tasks_usable"] = usable / n_tasks if n_tasks else 0.0
+    if n_tasks:
+        metrics[f"{REWARD}_of_finished"] = metrics.get(REWARD, 0.0)
+        per_task = [statistics.fmean(g.get_total_rewards()) for g in groups_P if g.trajectories_G]
+        metrics[REWARD] = sum(per_task) / max(n_tasks, len(per_task))
     return metrics

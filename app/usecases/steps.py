@@ -282,10 +282,11 @@ async def evaluate(
         return {}
     settings = parts.settings
     scored: list[ScoredGroup] = []
+    task_groups = all_task_groups(parts.test_dataset)
     metrics = await evaluate_policy(
         parts.server,
         settings.eval_temperature,
-        all_task_groups(parts.test_dataset),
+        task_groups,
         resources_id,
         i_batch,
         store=parts.store,
@@ -296,6 +297,15 @@ async def evaluate(
         on_groups=scored.extend,
     )
     await write_transcript(parts, TranscriptKind.EVAL, i_batch, scored)
+    n_unusable = round(len(task_groups) * (1.0 - metrics.get(f"{TEST_PREFIX}env/all/frac_tasks_usable", 1.0)))
+    if n_unusable:
+        logger.warning(
+            "%d of %d test tasks left no trajectory (failed or timed out before any answer; rollout_timeout_s=%s):"
+            " each counts 0 in the test reward",
+            n_unusable,
+            len(task_groups),
+            settings.rollouts.rollout_timeout_s,
+        )
     return metrics
 
 

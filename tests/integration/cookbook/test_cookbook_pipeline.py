@@ -89,6 +89,17 @@ def test_all_empty_batch_reports_zeros_instead_of_raising() -> None:
     assert to_cookbook_trajectory(empty).transitions == []
 
 
+def test_a_test_task_that_left_no_group_counts_zero_in_the_test_reward() -> None:
+    """Three test tasks, one timed out before any answer (no group): the score is over three, not two."""
+    groups_P = [group(reconstruct_trajectory([turn([1], [2], r)])) for r in (1.0, 0.5)]
+    metrics = evaluation_metrics(groups_P, n_tasks=3)
+    assert metrics["env/all/reward/total"] == 0.5
+    assert metrics["env/all/reward/total_of_finished"] == 0.75
+    assert metrics["env/all/frac_tasks_usable"] == 2 / 3
+    everything = evaluation_metrics(groups_P, n_tasks=2)
+    assert everything["env/all/reward/total"] == everything["env/all/reward/total_of_finished"] == 0.75
+
+
 async def test_the_advantages_transcripts_show_are_the_ones_the_datums_train_with() -> None:
     rewards = [1.0, 0.0, 0.0, 0.5]
     tg = group(*(reconstruct_trajectory([turn([1], [2 + i, 9], r)]) for i, r in enumerate(rewards)))
