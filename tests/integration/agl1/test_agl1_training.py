@@ -1,0 +1,74 @@
+"""Agent-lightning 1.x agents trained through 1.x's real ``agl-server`` and local ``agl-controller``.
+
+The run builds (once, cached) the Python 3.12 environment with agentlightning 1.0.2 and the example's
+requirements, starts the server and a controller whose ``agent_url`` is the run's endpoint, and trains on
+the tiny local model. Skipped only where no Python 3.12 can be found.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from adapters.agl1.environment import PYTHON_ENV, find_python312
+from tests.support.runs import ROOT, batch_lines
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        find_python312() is None,
+        reason=f"Agent-lightning 1.x needs Python 3.12: none found (pyenv's 3.12.1, python3.12, or ${PYTHON_ENV})",
+    ),
+]
+
+EXAMPLE = ROOT / "examples" / "agl1_multiturn"
+
+
+def overrides(tmp_path: Path, model_dir: Path, *extra: str) -> list[str]:
+    return [
+        "agl1.agent=examples.agl1_multiturn.agent:TwoTurnDigits",
+        f"agl1.requirements={EXAMPLE / 'requirements.txt'}",
+        f"tasks={EXAMPLE / 'tasks.jsonl'}",
+        f"log_path={tmp_path / 'run'}",
+        f"policy.model_path={model_dir}",
+        "batch_size=2",
+        "group_size=2",
+        "max_tokens=8",
+        "warm_start.steps=0",
+        "eval_every=0",
+        "save_every=0",
+        "rollout_timeout_s=60",
+        "max_batches=2",
+        *extra,
+    ]
+
+
+async def test_a_two_turn_agent_trains_two_batches_each_rollout_one_exact_datum_with_its_reward(
+    tmp_path: Path, tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.config import load_config
+    from app.launch import train
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.delenv("AGL_KEY", raising=False)
+    cfg = load_config(None, overrides(tmp_path, tiny_model)).unwrap()
+
+    summary = await asyncio.wait_for(train(cfg), 300)
+
+    assert (summary.start_batch, summary.end_batch) == (0, 2)
+    lines = batch_lines(tmp_path / "run")
+    assert [m["progress/batch"] for m in lines] == [0, 1]
+    for m in lines:
+        assert m["rollouts/n_enqueued"] == 4
+        assert m["env/all/by_group/frac_status_succeeded"] == 1.0
+        assert m["rollouts/n_without_reward"] == 0  # every reward event reached its rollout
+        assert m["endpoint/capture/recorded"] == 8  # two calls per rollout, each recorded with its rollout id
+        assert m["env/all/reconstruct/kept"] == m["env/all/reconstruct/triplets"]  # none rejected
+        assert m["reconstruct/merge_ratio"] == 1.0  # each rollout's two turns are one datum
+        assert m["endpoint/prefix/extended"] == 4  # turn 2 extended turn 1 token for token
+        assert m.get("endpoint/capture/unattributed", 0) == 0
+        assert m["env/all/reward/not_null"] == 0.5  # the reward event went to the second call of each rollout
+    log = (tmp_path / "run" / "agl1-controller.log").read_text()
+    assert log.count("Spawned rollout subprocess") == 8  # one agent process per rollout
