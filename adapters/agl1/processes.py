@@ -16,6 +16,7 @@ and fails their rollouts), then the server. Their output goes to ``<log_dir>/agl
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -31,6 +32,8 @@ from adapters.agl1.environment import Agl1Env
 DIE_WITH_PARENT = {"AGL_TINKER_DIE_WITH_PARENT": "1"}
 KEY_OVERRIDE = "${oc.env:AGL_KEY}"
 _STOP_WAIT_S = 10.0
+_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt): ")
+"""The last line of a Python traceback (an agent's error, as its process printed it into the controller's log)."""
 
 
 class Agl1StartError(RuntimeError):
@@ -199,7 +202,7 @@ class Agl1Controller:
             lines = self._process.log.read_text(errors="replace").splitlines()
         except OSError:
             return None
-        found = next((line.strip() for line in lines if "Error" in line or "Traceback" in line), None)
+        found = next((line.strip() for line in lines if _EXCEPTION.match(line.strip())), None)
         return f"agl-controller's log ({self._process.log}): {found}" if found else None
 
     def dead_workers(self) -> Collection[str]:

@@ -8,12 +8,19 @@ the tiny local model. Skipped only where no Python 3.12 can be found.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from adapters.agl1.environment import PYTHON_ENV, find_python312
+from tests.support.cli import cli_process
+from tests.support.processes import alive, children, stop
 from tests.support.runs import ROOT, batch_lines
+from tests.support.waits import HANG_S
 
 pytestmark = [
     pytest.mark.slow,
@@ -72,3 +79,75 @@ async def test_a_two_turn_agent_trains_two_batches_each_rollout_one_exact_datum_
         assert m["env/all/reward/not_null"] == 0.5  # the reward event went to the second call of each rollout
     log = (tmp_path / "run" / "agl1-controller.log").read_text()
     assert log.count("Spawned rollout subprocess") == 8  # one agent process per rollout
+
+
+async def test_a_streaming_agent_trains_on_what_the_endpoint_served(
+    tmp_path: Path, tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.config import load_config
+    from app.launch import train
+
+    monkeypatch.chdir(ROOT)
+    agent = "agl1.agent=tests.integration.agl1.agents:Streamer"
+    cfg = load_config(None, [*overrides(tmp_path, tiny_model), agent, "max_batches=1"]).unwrap()
+
+    await asyncio.wait_for(train(cfg), 300)
+
+    (line,) = batch_lines(tmp_path / "run")
+    assert line["env/all/by_group/frac_status_succeeded"] == 1.0
+    assert line["endpoint/capture/recorded"] == 4 and line["rollouts/n_without_reward"] == 0
+
+
+async def test_an_agent_that_exits_1_is_counted_failed(
+    tmp_path: Path, tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.config import load_config
+    from app.launch import train
+    from app.usecases.steps import NothingToTrain
+
+    monkeypatch.chdir(ROOT)
+    agent = "agl1.agent=tests.integration.agl1.agents:Crasher"
+    cfg = load_config(None, [*overrides(tmp_path, tiny_model), agent, "max_batches=1"]).unwrap()
+
+    with pytest.raises(NothingToTrain, match="RuntimeError: the agent crashed on purpose"):
+        await asyncio.wait_for(train(cfg), 300)
+
+    (line,) = batch_lines(tmp_path / "run")
+    assert line["rollouts/n_failed"] == 4 and line["rollouts/n_succeeded"] == 0
+    assert "the agent crashed on purpose" in (tmp_path / "run" / "agl1-controller.log").read_text()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_the_trainers_end_leaves_no_server_controller_or_agent_behind(
+    tmp_path: Path, tiny_model: Path, sig: int
+) -> None:
+    args = [*overrides(tmp_path, tiny_model), "agl1.agent=tests.integration.agl1.agents:Sleeper", "max_batches=5"]
+    trainer = cli_process("train", *args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    controller_log = tmp_path / "run" / "agl1-controller.log"
+    try:
+        deadline = time.monotonic() + HANG_S
+        while not (controller_log.is_file() and controller_log.read_text().count("Spawned rollout subprocess") >= 4):
+            assert trainer.poll() is None, "the trainer ended before its agents started"
+            assert time.monotonic() < deadline, "no agent started"
+            time.sleep(0.2)
+        tree = descendants(trainer.pid)
+        assert len(tree) >= 6  # agl-server, agl-controller and its four agents
+
+        os.kill(trainer.pid, sig)
+        trainer.wait(HANG_S)
+
+        deadline = time.monotonic() + HANG_S
+        while any(alive(pid) for pid in tree):
+            assert time.monotonic() < deadline, f"left running: {[pid for pid in tree if alive(pid)]}"
+            time.sleep(0.1)
+    finally:
+        stop(trainer, signal.SIGKILL)
+
+
+def descendants(pid: int) -> list[int]:
+    found, frontier = [], [pid]
+    while frontier:
+        below = [child for parent in frontier for child in children(parent)]
+        found += below
+        frontier = below
+    return found

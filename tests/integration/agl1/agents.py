@@ -1,0 +1,48 @@
+"""Agent-lightning 1.x agents the tests start through the controller: standard library, openai and httpx only."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import httpx
+from openai import OpenAI
+
+
+def _ask(content: str) -> str:
+    client = OpenAI(base_url=os.environ["AGL_OPENAI_BASE_URL"], api_key=os.environ.get("AGL_KEY") or "none")
+    reply = client.chat.completions.create(model="policy", messages=[{"role": "user", "content": content}])
+    return reply.choices[0].message.content or ""
+
+
+class Sleeper:
+    """One call, then sleeps past any test: what a trainer's death must not leave running."""
+
+    def run(self) -> None:
+        _ask(json.loads(os.environ["AGL_TASK"])["word"])
+        time.sleep(3600)
+
+
+class Crasher:
+    """One call, then raises: the controller's worker exits 1 and the rollout fails."""
+
+    def run(self) -> None:
+        _ask(json.loads(os.environ["AGL_TASK"])["word"])
+        raise RuntimeError("the agent crashed on purpose")
+
+
+class Streamer:
+    """A streamed call assembled from its deltas, then a reward event: 1.0 for a non-empty reply."""
+
+    def run(self) -> None:
+        key = os.environ.get("AGL_KEY") or "none"
+        client = OpenAI(base_url=os.environ["AGL_OPENAI_BASE_URL"], api_key=key)
+        task = json.loads(os.environ["AGL_TASK"])
+        stream = client.chat.completions.create(
+            model="policy", messages=[{"role": "user", "content": task["word"]}], stream=True
+        )
+        reply = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+        event = {"event_type": "reward", "data": {"value": 1.0 if reply else 0.0}}
+        headers = {"Authorization": f"Bearer {key}"}
+        httpx.post(os.environ["AGL_EVENT_URL"], json=event, headers=headers, timeout=30).raise_for_status()
