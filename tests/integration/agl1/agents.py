@@ -46,3 +46,17 @@ class Streamer:
         event = {"event_type": "reward", "data": {"value": 1.0 if reply else 0.0}}
         headers = {"Authorization": f"Bearer {key}"}
         httpx.post(os.environ["AGL_EVENT_URL"], json=event, headers=headers, timeout=30).raise_for_status()
+
+
+class Gated:
+    """One call, then waits for the file ``$AGL1_TEST_GATE`` (at most a minute), then a reward event of 1.0."""
+
+    def run(self) -> None:
+        _ask(json.loads(os.environ["AGL_TASK"])["word"])
+        gate, deadline = os.environ["AGL1_TEST_GATE"], time.monotonic() + 60
+        while not os.path.exists(gate) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        key = os.environ.get("AGL_KEY") or "none"
+        event = {"event_type": "reward", "data": {"value": 1.0}}
+        headers = {"Authorization": f"Bearer {key}"}
+        httpx.post(os.environ["AGL_EVENT_URL"], json=event, headers=headers, timeout=30).raise_for_status()

@@ -117,6 +117,43 @@ async def test_an_agent_that_exits_1_is_counted_failed(
     assert "the agent crashed on purpose" in (tmp_path / "run" / "agl1-controller.log").read_text()
 
 
+async def test_rollouts_a_restarted_server_forgot_are_counted_lost_and_the_run_goes_on(
+    tmp_path: Path, tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.config import load_config
+    from app.launch import train
+
+    monkeypatch.chdir(ROOT)
+    gate = tmp_path / "gate"
+    monkeypatch.setenv("AGL1_TEST_GATE", str(gate))  # the controller's agents inherit it
+    agent = "agl1.agent=tests.integration.agl1.agents:Gated"
+    cfg = load_config(None, [*overrides(tmp_path, tiny_model), agent]).unwrap()
+    run = asyncio.create_task(train(cfg))
+    controller_log = tmp_path / "run" / "agl1-controller.log"
+    deadline = time.monotonic() + HANG_S
+    while not (controller_log.is_file() and controller_log.read_text().count("Spawned rollout subprocess") >= 4):
+        assert not run.done() and time.monotonic() < deadline, "no agent started"
+        await asyncio.sleep(0.2)
+
+    (server,) = [pid for pid in descendants(os.getpid()) if b"agl-server" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    command = Path(f"/proc/{server}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+    os.kill(server, signal.SIGKILL)
+    while alive(server):
+        await asyncio.sleep(0.05)
+    env = {**os.environ, "AGL_TINKER_DIE_WITH_PARENT": "1"}
+    restarted = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        gate.touch()
+        summary = await asyncio.wait_for(run, 300)
+    finally:
+        stop(restarted, signal.SIGTERM)
+
+    assert summary.end_batch == 2
+    first, second = batch_lines(tmp_path / "run")
+    assert (first["rollouts/n_other"], first["rollouts/n_succeeded"]) == (4, 0)  # lost with the server's memory
+    assert second["rollouts/n_succeeded"] == 4  # the controller went on with the restarted server
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
 def test_the_trainers_end_leaves_no_server_controller_or_agent_behind(
     tmp_path: Path, tiny_model: Path, sig: int
