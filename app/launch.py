@@ -60,7 +60,7 @@ from adapters.runner.agent_env import AgentEnvError
 from adapters.runner.env_check import check_runner_python
 from adapters.runner.processes import RunnerProcesses, load_agent
 from adapters.tinker.backend import SessionOutcome
-from app.config import DEMO, TrainConfig
+from app.config import DEMO, Agl1Config, TrainConfig
 from app.demo import task as demo_task
 from app.usecases.rollouts import RolloutOptions
 from app.usecases.steps import (
@@ -560,8 +560,24 @@ async def open_agl1_run(config: TrainConfig) -> AsyncIterator[Run]:
     key = os.environ.get(AGL1_KEY_ENV) or ""
     if agl1.server_url is not None and not key:
         raise LaunchError(f"agl1.server_url: set {AGL1_KEY_ENV} to the server's key")
+    previous_key = os.environ.get(AGL1_KEY_ENV)
     key = key or secrets.token_urlsafe(24)
     os.environ[AGL1_KEY_ENV] = key  # the endpoint reads the key it requires from the environment
+    try:
+        async with _agl1_parts(config, agl1, key, train_tasks, test_tasks) as run:
+            yield run
+    finally:
+        if previous_key is None:
+            os.environ.pop(AGL1_KEY_ENV, None)
+        else:
+            os.environ[AGL1_KEY_ENV] = previous_key
+
+
+@contextlib.asynccontextmanager
+async def _agl1_parts(
+    config: TrainConfig, agl1: Agl1Config, key: str, train_tasks: Sequence[Any], test_tasks: Sequence[Any]
+) -> AsyncIterator[Run]:
+    """The 1.x server (started here unless attached to), the contract check, and the run on its store."""
     log_dir = Path(config.log_path)
     log_dir.mkdir(parents=True, exist_ok=True)
     job_template = None

@@ -60,3 +60,17 @@ class Gated:
         event = {"event_type": "reward", "data": {"value": 1.0}}
         headers = {"Authorization": f"Bearer {key}"}
         httpx.post(os.environ["AGL_EVENT_URL"], json=event, headers=headers, timeout=30).raise_for_status()
+
+
+class Responder:
+    """Two turns of OpenAI's Responses API (the second continues the first by ``previous_response_id``), then a
+    reward event of 1.0."""
+
+    def run(self) -> None:
+        key = os.environ.get("AGL_KEY") or "none"
+        client = OpenAI(base_url=os.environ["AGL_OPENAI_BASE_URL"], api_key=key)
+        first = client.responses.create(model="policy", input=json.loads(os.environ["AGL_TASK"])["word"])
+        client.responses.create(model="policy", input="Once more:", previous_response_id=first.id)
+        event = {"event_type": "reward", "data": {"value": 1.0}}
+        headers = {"Authorization": f"Bearer {key}"}
+        httpx.post(os.environ["AGL_EVENT_URL"], json=event, headers=headers, timeout=30).raise_for_status()

@@ -98,6 +98,24 @@ async def test_a_streaming_agent_trains_on_what_the_endpoint_served(
     assert line["endpoint/capture/recorded"] == 4 and line["rollouts/n_without_reward"] == 0
 
 
+async def test_a_responses_agent_makes_one_datum_of_its_two_turns(
+    tmp_path: Path, tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.config import load_config
+    from app.launch import train
+
+    monkeypatch.chdir(ROOT)
+    agent = "agl1.agent=tests.integration.agl1.agents:Responder"
+    cfg = load_config(None, [*overrides(tmp_path, tiny_model), agent, "max_batches=1"]).unwrap()
+
+    await asyncio.wait_for(train(cfg), 300)
+
+    (line,) = batch_lines(tmp_path / "run")
+    assert line["env/all/by_group/frac_status_succeeded"] == 1.0 and line["rollouts/n_without_reward"] == 0
+    assert (line["endpoint/capture/recorded"], line["endpoint/prefix/extended"]) == (8, 4)
+    assert line["reconstruct/merge_ratio"] == 1.0
+
+
 async def test_an_agent_that_exits_1_is_counted_failed(
     tmp_path: Path, tiny_model: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
