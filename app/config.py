@@ -104,6 +104,37 @@ class AsyncConfig(_Frozen):
     arrive late overshoot at a rate that is stable on fresh data; false: every step uses ``learning_rate``."""
 
 
+class Agl1Config(_Frozen):
+    """Agent-lightning 1.x agents (a class with ``run()``), run by 1.x's own ``agl-server`` and ``agl-controller``."""
+
+    agent: str | None = None
+    """``package.module:Class`` the controller starts once per rollout (local mode), from the current directory."""
+    requirements: str | None = None
+    """The agent's requirements file, installed beside ``agentlightning==1.0.2`` in a cached Python 3.12 environment."""
+    server_url: str | None = None
+    """Attach to this running ``agl-server`` (its key in ``AGL_KEY``), whose controller runs the agents elsewhere
+    (Kubernetes included; its ``agl_server.agent_url`` must reach this run's endpoint). Unset: start a server and
+    a local controller for the run."""
+    job_template: str | None = None
+    """Kubernetes mode (with ``server_url``): a file holding the Job template the controller renders per rollout."""
+    env_map: dict[str, str] = {"AGL_TASK": "input"}
+    """The agent's environment variables: ``input`` is the task as JSON, ``input.<field>`` one of its fields."""
+    max_agents: int = Field(default=16, ge=1)
+    """Agent processes the local controller runs at once."""
+    poll_interval_s: float = Field(default=0.5, gt=0)
+    """How often the local controller looks for queued rollouts (1.x's default, 10 s, would idle most batches)."""
+
+    @model_validator(mode="after")
+    def _launchable(self) -> Agl1Config:
+        if self.server_url is None and self.agent is None:
+            raise ValueError("agl1.agent=package.module:Class is needed (or agl1.server_url to attach)")
+        if self.server_url is not None and self.agent is None and self.job_template is None:
+            raise ValueError(
+                "with agl1.server_url, set agl1.agent (local controller) or agl1.job_template (Kubernetes)"
+            )
+        return self
+
+
 class TrainConfig(_Frozen):
     """Everything one training run needs; ``agl-tinker train`` shows it with ``--show-config``."""
 
@@ -124,6 +155,9 @@ class TrainConfig(_Frozen):
     policy: PolicyConfig = PolicyConfig()
     warm_start: WarmStartConfig = WarmStartConfig()
     asynchronous: AsyncConfig = Field(default=AsyncConfig(), alias="async")
+    agl1: Agl1Config | None = None
+    """Train an Agent-lightning 1.x agent through 1.x's server and controller (``agl1.agent=pkg.mod:Class``)
+    instead of a 0.x agent (``agent``) in runner processes."""
     """``async.enabled=true``: rollouts keep running while the trainer steps (bounded staleness)."""
 
     learning_rate: float = Field(default=1e-2, gt=0)

@@ -17,7 +17,9 @@ import contextlib
 import functools
 import json
 import logging
+import os
 import re
+import secrets
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import agentlightning as agl
+import httpx
 from agentlightning.store.client_server import API_V1_AGL_PREFIX
 from agentlightning.utils.server_launcher import PythonServerLauncherArgs
 from returns.result import Failure
@@ -41,18 +44,23 @@ from adapters.agl.server import project_store_server
 from adapters.agl.store import AglRolloutStore, AglTripletSource, OutagePolicy
 from adapters.agl.store_process import StoreProcess
 from adapters.agl.workers import StoreWorkers
+from adapters.agl1.environment import ensure_agl1_env
+from adapters.agl1.processes import Agl1Controller, Agl1Server, Agl1StartError
+from adapters.agl1.store import Agl1Launch, Agl1RolloutStore, ContractMismatch, check_contract
 from adapters.cookbook.env import AGLDataset, AGLDummyEnv, AGLDummyEnvGroupBuilder, read_task_file
 from adapters.cookbook.groups import CookbookGroups
 from adapters.cookbook.smollm2 import register_smollm2_renderer
 from adapters.cookbook.training import CookbookTrainingData, chat_datum
-from adapters.endpoint.policy_endpoint import EndpointConfig, PolicyEndpoint
+from adapters.endpoint.policy_endpoint import MASTER_KEY_ENV, EndpointConfig, PolicyEndpoint
+from adapters.endpoint.span_log import RolloutGate, SpanLog, SpanRecorder
 from adapters.endpoint.triplets import EndpointTraceToTriplet
 from adapters.files.run_log import CookbookMetricsLog, JsonlCheckpointLog, JsonlRolloutLog
 from adapters.files.transcripts import HtmlTranscriptLog
+from adapters.runner.agent_env import AgentEnvError
 from adapters.runner.env_check import check_runner_python
 from adapters.runner.processes import RunnerProcesses, load_agent
 from adapters.tinker.backend import SessionOutcome
-from app.config import DEMO, TrainConfig
+from app.config import DEMO, Agl1Config, TrainConfig
 from app.demo import task as demo_task
 from app.usecases.rollouts import RolloutOptions
 from app.usecases.steps import (
@@ -69,6 +77,7 @@ from domain.chats import Chat, ChatMessage, parse_chats
 from domain.sampling import SamplingDefaults
 from domain.staleness import StalenessPolicy
 from ports.policy import LossName, Trainer
+from ports.rollout_store import RolloutStore
 from ports.runner_pool import RunnerPool
 from ports.training_data import KLPenalty
 
@@ -477,8 +486,26 @@ class Run:
     parts: AglTrainingParts
     endpoint: PolicyEndpoint
     renderer: renderers.Renderer
-    store: agl.LightningStore
-    """The Agent-lightning store the runners and the endpoint use (embedded or a client)."""
+    store: agl.LightningStore | SpanRecorder
+    """The Agent-lightning store the runners and the endpoint use (embedded or a client); for 1.x agents, the
+    endpoint's own log of what it served."""
+
+
+AGL1_KEY_ENV = "AGL_KEY"
+"""Agent-lightning 1.x's one key (server, controller, agents): the endpoint requires it from 1.x agents too."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoreSide:
+    """What the run's store gives the rest: where the endpoint records, which rollouts it serves, the port the
+    loop uses, and the runners started once the endpoint serves (``None``: watched through the 0.x store)."""
+
+    recorder: agl.LightningStore | SpanRecorder
+    rollout_store: RolloutStore[agl.Span]
+    gate: RolloutGate | None = None
+    runners: Callable[[PolicyEndpoint], contextlib.AbstractAsyncContextManager[RunnerPool]] | None = None
+    key_env: str | None = None
+    """The endpoint requires this variable's key even on loopback (``None``: only off loopback)."""
 
 
 def check_runner_agent(config: TrainConfig) -> str | None:
@@ -500,6 +527,10 @@ def check_runner_agent(config: TrainConfig) -> str | None:
 @contextlib.asynccontextmanager
 async def open_run(config: TrainConfig) -> AsyncIterator[Run]:
     """Every part of a run, started in dependency order and stopped in reverse."""
+    if config.agl1 is not None:
+        async with open_agl1_run(config) as run:
+            yield run
+        return
     if config.n_runners > 0:
         config = with_trained_agents(config, check_runner_agent(config))
     train_tasks, test_tasks = split_tasks(config)
@@ -518,6 +549,106 @@ async def open_run(config: TrainConfig) -> AsyncIterator[Run]:
                 yield run
 
 
+@contextlib.asynccontextmanager
+async def open_agl1_run(config: TrainConfig) -> AsyncIterator[Run]:
+    """A run whose agents are Agent-lightning 1.x's: rollouts on ``agl-server`` (started here from the cached 1.x
+    environment, or ``agl1.server_url``), agents started by its controller (a local one started here once the
+    endpoint serves, with ``agent_url`` on it), calls and rewards recorded by the endpoint in a ``SpanLog``."""
+    agl1 = config.agl1
+    assert agl1 is not None
+    train_tasks, test_tasks = split_tasks(config)
+    key = os.environ.get(AGL1_KEY_ENV) or ""
+    if agl1.server_url is not None and not key:
+        raise LaunchError(f"agl1.server_url: set {AGL1_KEY_ENV} to the server's key")
+    previous_key = os.environ.get(AGL1_KEY_ENV)
+    key = key or secrets.token_urlsafe(24)
+    os.environ[AGL1_KEY_ENV] = key  # the endpoint reads the key it requires from the environment
+    try:
+        async with _agl1_parts(config, agl1, key, train_tasks, test_tasks) as run:
+            yield run
+    finally:
+        if previous_key is None:
+            os.environ.pop(AGL1_KEY_ENV, None)
+        else:
+            os.environ[AGL1_KEY_ENV] = previous_key
+
+
+@contextlib.asynccontextmanager
+async def _agl1_parts(
+    config: TrainConfig, agl1: Agl1Config, key: str, train_tasks: Sequence[Any], test_tasks: Sequence[Any]
+) -> AsyncIterator[Run]:
+    """The 1.x server (started here unless attached to), the contract check, and the run on its store."""
+    log_dir = Path(config.log_path)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    job_template = None
+    if agl1.job_template is not None:
+        try:
+            job_template = Path(agl1.job_template).read_text()
+        except OSError as error:
+            raise LaunchError(f"agl1.job_template: cannot read {agl1.job_template}: {error.strerror}") from error
+    env = None
+    server: Agl1Server | None = None
+    if agl1.server_url is None:
+        try:
+            env = await asyncio.to_thread(ensure_agl1_env, agl1.requirements)
+        except AgentEnvError as error:
+            raise LaunchError(str(error)) from error
+        server = Agl1Server(env, key, log_dir)
+    try:
+        if server is not None:
+            try:
+                await asyncio.to_thread(server.start)
+            except Agl1StartError as error:
+                raise LaunchError(str(error)) from error
+        url = server.url if server is not None else str(agl1.server_url)
+        headers = {"Authorization": f"Bearer {key}"}
+        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60) as client:
+            try:
+                await check_contract(client)
+            except ContractMismatch as error:
+                raise LaunchError(f"agl-server at {url}: {error}") from error
+            spans = SpanLog()
+            launch = Agl1Launch(
+                agent_class=agl1.agent,
+                env_map=dict(agl1.env_map),
+                job_template=job_template,
+                timeout_s=int(config.rollout_timeout_s) + 60,  # the loop's own deadline comes first
+            )
+            store = Agl1RolloutStore(client, spans, launch, OutagePolicy(config.outage_tolerance_s))
+
+            @contextlib.asynccontextmanager
+            async def controller(endpoint: PolicyEndpoint) -> AsyncIterator[RunnerPool]:
+                assert env is not None
+                local = Agl1Controller(
+                    env,
+                    key,
+                    log_dir,
+                    server_url=url,
+                    agent_url=endpoint.endpoint.removesuffix("/v1"),
+                    max_agents=agl1.max_agents,
+                    poll_interval_s=agl1.poll_interval_s,
+                    pythonpath=[str(Path.cwd())],
+                )
+                local.start()
+                try:
+                    yield local
+                finally:
+                    await asyncio.to_thread(local.stop)
+
+            side = StoreSide(
+                recorder=spans,
+                rollout_store=store,
+                gate=spans,
+                runners=controller if server is not None else None,
+                key_env=AGL1_KEY_ENV,
+            )
+            async with open_run_on_store(config, None, train_tasks, test_tasks, side=side) as run:
+                yield run
+    finally:
+        if server is not None:
+            await asyncio.to_thread(server.stop)
+
+
 def is_thread_safe(store: agl.LightningStore) -> bool:
     """Whether another thread (a store server's, the LiteLLM endpoint's) may call ``store``; a server answers for
     the store it wraps."""
@@ -528,12 +659,13 @@ def is_thread_safe(store: agl.LightningStore) -> bool:
 @contextlib.asynccontextmanager
 async def open_run_on_store(
     config: TrainConfig,
-    store: agl.LightningStore,
+    store: agl.LightningStore | None,
     train_tasks: Sequence[Any],
     test_tasks: Sequence[Any],
     *,
     client_adapter: agl.TraceToTripletBase | None = None,
     runners: RunnerPool | None = None,
+    side: StoreSide | None = None,
 ) -> AsyncIterator[Run]:
     """A run's backend, endpoint and logger on a store that others serve and feed runners to.
 
@@ -541,15 +673,20 @@ async def open_run_on_store(
     the tasks are used exactly as given, the test tasks rolled out once each. ``client_adapter``
     reads the agent's spans when ``trajectory_source`` is ``client``; ``runners``, the runner processes the
     caller supervises (``None``: runners elsewhere, watched through the worker records they keep in the store).
+    ``side``: another store's parts (Agent-lightning 1.x's), used instead of ``store``'s.
     """
+    if side is None:
+        if store is None:
+            raise LaunchError("a run needs a store")
+        side = StoreSide(recorder=store, rollout_store=AglRolloutStore(store, OutagePolicy(config.outage_tolerance_s)))
     other_thread = (
         "its HTTP server" if isinstance(store, agl.LightningStoreServer)
         else "the LiteLLM endpoint" if config.endpoint_server == "litellm"
         else None
     )  # fmt: skip
-    if other_thread is not None and not is_thread_safe(store):
+    if other_thread is not None and isinstance(side.recorder, agl.LightningStore) and not is_thread_safe(side.recorder):
         raise LaunchError(
-            f"the {type(store).__name__} is not thread-safe, and {other_thread} calls it from its own thread: "
+            f"the {type(side.recorder).__name__} is not thread-safe, and {other_thread} calls it from its own thread: "
             "use agl.InMemoryLightningStore(thread_safe=True)"
         )
     Path(config.log_path).mkdir(parents=True, exist_ok=True)
@@ -568,18 +705,24 @@ async def open_run_on_store(
                 max_prompt_tokens=config.max_prompt_tokens or backend.context_length,
             )
             endpoint = PolicyEndpoint(
-                store,
+                side.recorder,
                 backend.renderer,
                 EndpointConfig(
                     host=config.endpoint_host,
                     port=config.endpoint_port,
                     defaults=defaults,
                     server=config.endpoint_server,
+                    eval_temperature=config.eval_temperature,
+                    master_key_env=side.key_env or MASTER_KEY_ENV,
+                    require_key=side.key_env is not None,
                 ),
+                gate=side.gate,
             )
             await stack.enter_async_context(endpoint)
-            if runners is None:
-                watch = StoreWorkers(store, silence_s=config.worker_silence_s).watch()
+            if runners is None and side.runners is not None:
+                runners = await stack.enter_async_context(side.runners(endpoint))
+            if runners is None and isinstance(side.recorder, agl.LightningStore):
+                watch = StoreWorkers(side.recorder, silence_s=config.worker_silence_s).watch()
                 runners = await stack.enter_async_context(watch)
             ml_logger = open_logger(config)
             stack.callback(ml_logger.close)
@@ -587,7 +730,7 @@ async def open_run_on_store(
                 settings=training_settings(config, vocab_size=len(backend.renderer.tokenizer), runners=runners),
                 trainer=backend.trainer,
                 server=endpoint,
-                store=AglRolloutStore(store, OutagePolicy(tolerance_s=config.outage_tolerance_s)),
+                store=side.rollout_store,
                 triplets=AglTripletSource(trace_adapter(config, client_adapter)),
                 assembler=CookbookGroups(),
                 data=CookbookTrainingData(),
@@ -599,7 +742,7 @@ async def open_run_on_store(
                 rollout_log=JsonlRolloutLog(config.log_path) if config.save_rollouts else None,
                 transcripts=transcript_log(config, backend.renderer),
             )
-            yield Run(parts=parts, endpoint=endpoint, renderer=backend.renderer, store=store)
+            yield Run(parts=parts, endpoint=endpoint, renderer=backend.renderer, store=side.recorder)
     except Exception:
         outcome = "errored"
         raise

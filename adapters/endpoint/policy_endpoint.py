@@ -41,6 +41,7 @@ from adapters.endpoint.server import (
     _required_key_env,
     build_app,
 )
+from adapters.endpoint.span_log import RolloutGate, SpanRecorder
 from domain.sampling import SamplingDefaults
 from ports.policy import Sampler
 
@@ -90,6 +91,10 @@ class EndpointConfig:
     """Keep LiteLLM's start-up banner off stdout and the server's request logs below warnings."""
     server: Literal["lean", "litellm"] = "lean"
     """``lean``: the Starlette server on the owner loop; ``litellm``: Agent-lightning's ``LLMProxy``."""
+    eval_temperature: float | None = None
+    """Default temperature of evaluation requests (1.x agents' ``mode/val`` URLs); None: the current default."""
+    require_key: bool = False
+    """Require the key in ``master_key_env`` on loopback too (agents of a 1.x server send its key)."""
 
 
 __all__ = ["EndpointConfig", "EndpointError", "MasterKeyAuth", "MasterKeyRequired", "PolicyEndpoint", "is_loopback"]
@@ -131,20 +136,25 @@ class PolicyEndpoint:
 
     def __init__(
         self,
-        store: LightningStore,
+        store: LightningStore | SpanRecorder,
         renderer: renderers.Renderer,
         config: EndpointConfig | None = None,
         sampler: Sampler | None = None,
+        gate: RolloutGate | None = None,
     ) -> None:
+        """``store`` records what is served (a 0.x store, or a ``SpanLog`` for a store without spans); ``gate``
+        says which rollouts are served (``None``: any)."""
         self._config = config or EndpointConfig()
         self._litellm_config = _litellm_config(self._config)
         self._store = store
+        self._gate = gate
         self._provider = PolicyProvider(
             renderer,
             PolicySnapshot(sampler=sampler, defaults=self._config.defaults, version=0),
             request_timeout_s=self._config.request_timeout_s,
             recorder=store.add_span,
             sequence_ids=store.get_next_span_sequence_id,
+            eval_temperature=self._config.eval_temperature,
         )
         self._proxy: LLMProxy | None = None
         self._lean: LeanServer | None = None
@@ -227,8 +237,12 @@ class PolicyEndpoint:
     async def _start_lean(self) -> None:
         config = self._config
         self._provider.bind_loop(None)  # served on this loop: samplers are called directly
-        key_envs = [] if is_loopback(config.host) else [config.master_key_env]
-        app = MasterKeyAuth(build_app(self._provider, self._store, config.model_name, self._failures), key_envs)
+        key_envs = [] if is_loopback(config.host) and not config.require_key else [config.master_key_env]
+        if key_envs and not os.environ.get(config.master_key_env):
+            raise MasterKeyRequired(f"the policy endpoint requires a key: set {config.master_key_env}")
+        app = MasterKeyAuth(
+            build_app(self._provider, self._store, config.model_name, self._failures, self._gate), key_envs
+        )
         server = LeanServer(app, config.host, config.port, startup_timeout_s=config.startup_timeout_s)
         try:
             await server.start()
@@ -238,7 +252,7 @@ class PolicyEndpoint:
 
     async def _start_litellm(self) -> None:
         """Register the provider and start the proxy (thread mode)."""
-        if not self._store.capabilities.get("thread_safe", False):
+        if not isinstance(self._store, LightningStore) or not self._store.capabilities.get("thread_safe", False):
             raise EndpointError("the proxy serves from a thread: use InMemoryLightningStore(thread_safe=True)")
         config = self._config
         self._provider.bind_loop(LoopBridge(asyncio.get_running_loop()))

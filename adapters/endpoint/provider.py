@@ -347,9 +347,11 @@ class PolicyProvider(CustomLLM):
         request_timeout_s: float = 300.0,
         recorder: Callable[[Span], Coroutine[object, object, object]] | None = None,
         sequence_ids: Callable[[str, str], Coroutine[object, object, int]] | None = None,
+        eval_temperature: float | None = None,
     ) -> None:
         """``recorder`` stores each completion record (``LightningStore.add_span``), on the owner loop;
-        ``sequence_ids`` numbers it (``LightningStore.get_next_span_sequence_id``) once it is sampled."""
+        ``sequence_ids`` numbers it (``LightningStore.get_next_span_sequence_id``) once it is sampled;
+        ``eval_temperature`` is the default temperature of requests made for evaluation (``complete``)."""
         super().__init__()
         self._renderer = renderer
         self._renderer_stops = renderer.get_stop_sequences()
@@ -359,6 +361,7 @@ class PolicyProvider(CustomLLM):
         self._lock = threading.Lock()
         self._recorder = recorder
         self._sequence_ids = sequence_ids
+        self._eval_temperature = eval_temperature
         self._served = ServedTurns()
         self._seeds = RolloutSeeds()
         self._end_of_turn = frozenset(s for s in self._renderer_stops if isinstance(s, int))
@@ -452,13 +455,20 @@ class PolicyProvider(CustomLLM):
             raise ServiceUnavailableError(message=str(error), model=model, llm_provider="agl-tinker") from error
 
     async def complete(
-        self, model: str, messages: object, params: Mapping[str, object], call: RolloutCall | None
+        self,
+        model: str,
+        messages: object,
+        params: Mapping[str, object],
+        call: RolloutCall | None,
+        *,
+        evaluation: bool = False,
     ) -> ModelResponse:
         """Serve one chat completion, whatever the transport.
 
         ``params`` holds the OpenAI request parameters (``max_tokens``, ``temperature``, ``n``,
         ``stop``, ``tools``, ...). A completion served to a rollout (``call``) is recorded in the
-        store before this returns.
+        store before this returns. ``evaluation`` (a 1.x agent's ``mode/val`` URL) samples at the
+        evaluation temperature by default.
 
         Raises:
             BadCompletionRequest: the request cannot be served (the reason is the message).
@@ -470,7 +480,10 @@ class PolicyProvider(CustomLLM):
         try:
             check_messages(messages)
             messages_G = cast(Sequence[Mapping[str, object]], messages)
-            request = sampling_request(params, snapshot.defaults, self._renderer_stops)
+            defaults = snapshot.defaults
+            if evaluation and self._eval_temperature is not None:
+                defaults = defaults.with_temperature(self._eval_temperature)
+            request = sampling_request(params, defaults, self._renderer_stops)
             tools = params.get("tools")
             normal_G = tuple(normal_message(m) for m in messages_G)
             tokens_P, prefix, extends = self._prompt(call, messages_G, normal_G, tools)

@@ -9,7 +9,12 @@ that owns the samplers, so a request never crosses a thread or a second loop. Ro
   once sampled (``PolicyProvider._numbered``);
 - ``POST /v1/responses`` and ``/responses`` (OpenAI's Responses API), under the same prefixes:
   translated to the chat path (``adapters.endpoint.responses``), so recorded and continued alike;
-- ``GET /v1/models`` and ``/models`` under the same prefixes, and ``/health/liveliness``.
+- ``GET /v1/models`` and ``/models`` under the same prefixes, and ``/health/liveliness``;
+- Agent-lightning 1.x's shapes, as its controller builds them from ``agl_server.agent_url``: the same
+  three routes under ``/proxy/rollout/{rollout_id}/attempt/{attempt_id}/mode/{train|val}/openai/v1``
+  (``val`` samples with the evaluation defaults) and ``POST /api/rollouts/{rollout_id}/attempt/{attempt_id}/events``
+  (a reward event becomes a reward numbered on arrival, ``adapters.endpoint.events``). With a ``gate``
+  (``adapters.endpoint.span_log``) a rollout the run has ended is answered 410 and one it does not hold 404.
 
 Every request field is honoured or refused with a 400 naming it (``adapters.endpoint.fields``);
 any other route answers 404 naming the route and what is served. ``RequestFailures`` counts the
@@ -41,7 +46,6 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any, cast
 
 import uvicorn
-from agentlightning import LightningStore
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -50,6 +54,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from adapters.endpoint.capture import RolloutCall
+from adapters.endpoint.events import BadEvent, event_reply, event_span, parse_event
 from adapters.endpoint.fields import CHAT_FIELDS, RESPONSES_FIELDS, check_fields
 from adapters.endpoint.provider import (
     BadCompletionRequest,
@@ -60,11 +65,15 @@ from adapters.endpoint.provider import (
     SamplingTimeout,
 )
 from adapters.endpoint.responses import ResponseLog, chat_request, reply_message, response_events, response_object
+from adapters.endpoint.span_log import RolloutGate, RolloutState, SpanRecorder
 
 logger = logging.getLogger(__name__)
 
 ROLLOUT_PREFIX = "/rollout/{rollout_id}/attempt/{attempt_id}"
-ROLLOUT_PATH = re.compile(r"^/rollout/[^/]+/attempt/[^/]+")
+AGL1_PREFIX = "/proxy/rollout/{rollout_id}/attempt/{attempt_id}/mode/{mode}/openai/v1"
+AGL1_EVENTS = "/api/rollouts/{rollout_id}/attempt/{attempt_id}/events"
+ROLLOUT_PATH = re.compile(r"^(/proxy)?/rollouts?/[^/]+/attempt/[^/]+(/mode/[^/]+/openai)?")
+AGL1_MODES = ("train", "val")
 
 _required_key_env: list[str] = []
 """The environment variable holding the key the running LiteLLM endpoint requires (empty: none)."""
@@ -87,7 +96,9 @@ def error_response(status: int, message: str, kind: str, param: str | None = Non
 
 SERVED = (
     "POST /chat/completions, POST /responses and GET /models, under /v1, the root and each rollout's base URL "
-    "(/rollout/<rollout_id>/attempt/<attempt_id>[/v1]), and GET /health/liveliness"
+    "(/rollout/<rollout_id>/attempt/<attempt_id>[/v1], or Agent-lightning 1.x's "
+    "/proxy/rollout/<rollout_id>/attempt/<attempt_id>/mode/<train|val>/openai/v1), "
+    "POST /api/rollouts/<rollout_id>/attempt/<attempt_id>/events, and GET /health/liveliness"
 )
 """What the endpoint serves, as its 404 says."""
 
@@ -236,13 +247,15 @@ def _failure(error: CompletionError) -> JSONResponse:
 
 def build_app(
     provider: PolicyProvider,
-    store: LightningStore | None,
+    store: SpanRecorder | None,
     model_name: str,
     failures: RequestFailures | None = None,
+    gate: RolloutGate | None = None,
 ) -> Starlette:
     """The Starlette app over ``provider``; without a ``store`` no call is a rollout's (nothing is recorded).
 
-    ``failures`` counts every error answered (by status, method and route).
+    ``failures`` counts every error answered (by status, method and route); ``gate`` says which rollouts the
+    1.x routes serve (``None``: any).
     """
     failures = failures if failures is not None else RequestFailures()
     responses_log = ResponseLog()
@@ -268,16 +281,43 @@ def build_app(
         # Numbered by the provider once sampled (``PolicyProvider._numbered``), not on arrival.
         return RolloutCall(rollout_id=str(path_params["rollout_id"]), attempt_id=str(path_params["attempt_id"]))
 
+    def refusal(request: Request) -> JSONResponse | None:
+        """404 for a mode other than train or val; with a gate, 404 for a rollout the run does not hold and 410 for
+        one it ended."""
+        path_params = request.path_params
+        mode = path_params.get("mode")
+        if mode is not None and mode not in AGL1_MODES:
+            message = f"mode {mode!r} is not served; use train or val"
+            return failed(request, error_response(404, message, "not_found"))
+        if gate is None or "rollout_id" not in path_params:
+            return None
+        rollout_id = str(path_params["rollout_id"])
+        state = gate.state(rollout_id)
+        if state is RolloutState.ENDED:
+            message = f"rollout {rollout_id} has ended: this run serves it no more"
+            return failed(request, error_response(410, message, "rollout_ended"))
+        if state is RolloutState.UNKNOWN:
+            message = f"rollout {rollout_id} is not one of this run's rollouts"
+            return failed(request, error_response(404, message, "not_found"))
+        return None
+
+    def evaluation(request: Request) -> bool:
+        return request.path_params.get("mode") == "val"
+
     def model_of(params: Mapping[str, object]) -> str:
         model = params.get("model")
         return model if isinstance(model, str) and model else model_name
 
     async def chat_completions(request: Request) -> Response:
+        if (refused := refusal(request)) is not None:
+            return refused
         try:
             params = await read_body(request)
             check_fields(params, CHAT_FIELDS)
             call = await rollout_of(request)
-            response = await provider.complete(model_of(params), params.get("messages"), params, call)
+            response = await provider.complete(
+                model_of(params), params.get("messages"), params, call, evaluation=evaluation(request)
+            )
         except BadParam as error:
             return failed(request, error_response(400, str(error), "invalid_request_error", error.param))
         except CompletionError as error:
@@ -293,6 +333,8 @@ def build_app(
         return Response(response.model_dump_json(exclude_none=True), media_type="application/json")
 
     async def responses(request: Request) -> Response:
+        if (refused := refusal(request)) is not None:
+            return refused
         path_params = request.path_params
         scope = (str(path_params["rollout_id"]), str(path_params["attempt_id"])) if path_params else None
         try:
@@ -302,7 +344,9 @@ def build_app(
             previous = responses_log.conversation(previous_id, scope) if previous_id is not None else None
             chat = chat_request(body, previous)
             call = await rollout_of(request)
-            served = await provider.complete(model_of(body), chat.messages, chat.params, call)
+            served = await provider.complete(
+                model_of(body), chat.messages, chat.params, call, evaluation=evaluation(request)
+            )
         except BadParam as error:
             return failed(request, error_response(400, str(error), "invalid_request_error", error.param))
         except CompletionError as error:
@@ -317,7 +361,30 @@ def build_app(
             )
         return JSONResponse(reply)
 
-    async def models(_: Request) -> Response:
+    async def events(request: Request) -> Response:
+        """A 1.x event, numbered on arrival from the rollout's counter and recorded as a span."""
+        if (refused := refusal(request)) is not None:
+            return refused
+        rollout_id, attempt_id = str(request.path_params["rollout_id"]), str(request.path_params["attempt_id"])
+        try:
+            event = parse_event(await read_body(request))
+        except (BadParam, BadEvent) as error:
+            return failed(request, error_response(400, str(error), "invalid_request_error"))
+        if store is None:
+            message = "this endpoint records no rollout: the event cannot be kept"
+            return failed(request, error_response(503, message, "service_unavailable"))
+        try:
+            sequence_id = await store.get_next_span_sequence_id(rollout_id, attempt_id)
+            await store.add_span(event_span(event, rollout_id, attempt_id, sequence_id))
+        except Exception as error:  # the store's own errors vary by backend: the agent learns it was not kept
+            logger.warning("could not record an event of rollout %s: %s", rollout_id, error)
+            message = f"the event could not be recorded: {type(error).__name__}: {error}"
+            return failed(request, error_response(503, message, "service_unavailable"))
+        return JSONResponse(event_reply(event, rollout_id, attempt_id))
+
+    async def models(request: Request) -> Response:
+        if (refused := refusal(request)) is not None:
+            return refused
         return JSONResponse(
             {"object": "list", "data": [{"id": model_name, "object": "model", "created": 0, "owned_by": "agl-tinker"}]}
         )
@@ -334,9 +401,11 @@ def build_app(
         return failed(request, error_response(404, f"{route} is not served; the endpoint serves {SERVED}", "not_found"))
 
     prefixes = [f"{prefix}{version}" for prefix in ("", ROLLOUT_PREFIX) for version in ("/v1", "")]
+    prefixes.append(AGL1_PREFIX)
     routes = [Route(f"{p}/chat/completions", chat_completions, methods=["POST"]) for p in prefixes]
     routes += [Route(f"{p}/responses", responses, methods=["POST"]) for p in prefixes]
     routes += [Route(f"{p}/models", models, methods=["GET"]) for p in prefixes]
+    routes.append(Route(AGL1_EVENTS, events, methods=["POST"]))
     routes.append(Route("/health/liveliness", liveliness, methods=["GET"]))
     return Starlette(routes=routes, exception_handlers={404: not_served, 405: not_served})
 
