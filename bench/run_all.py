@@ -18,6 +18,7 @@ imports, threads or memory; their output goes to ``--log`` (default ``bench-run-
   only, the full run also the per-client-TLS row (before ``adapters/runner/tls.py``) and the one-client row.
 
     .venv/bin/python bench/run_all.py [--quick] [--log bench-run-all.log]
+        [--only demo-cpu,memory,direct,trivial,quickstart]
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("TINKER_TELEMETRY", "0")
@@ -43,6 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 RESULT = "RESULT "
+PARTS = ("demo-cpu", "memory", "direct", "trivial", "quickstart")
 ROLLOUTS_PER_BATCH = 80
 
 
@@ -125,15 +127,20 @@ class Runner:
         with self.log.open("a") as log:
             log.write(f"\n===== {name} {' '.join(args)} (load {os.getloadavg()[0]:.1f})\n")
             log.flush()
-            done = subprocess.run(
+            child = subprocess.Popen(
                 [sys.executable, str(Path(__file__).resolve()), "--child", name, *args],
-                cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True, check=False,
+                cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True,
             )  # fmt: skip
-            log.write(done.stdout)
-        results = [line[len(RESULT) :] for line in done.stdout.splitlines() if line.startswith(RESULT)]
+            results = []
+            for line in cast(IO[str], child.stdout):  # as it comes, so the log shows progress
+                log.write(line)
+                log.flush()
+                if line.startswith(RESULT):
+                    results.append(line[len(RESULT) :])
+            code = child.wait()
         print(f" {time.perf_counter() - started:.0f} s", flush=True)
-        if done.returncode != 0 or not results:
-            raise RuntimeError(f"{name} failed (exit {done.returncode}); see {self.log}")
+        if code != 0 or not results:
+            raise RuntimeError(f"{name} failed (exit {code}); see {self.log}")
         result: dict[str, Any] = json.loads(results[-1])
         return result
 
@@ -147,6 +154,28 @@ def main(args: argparse.Namespace) -> None:
     print(f"bench/run_all.py{' --quick' if args.quick else ''} at {commit.stdout.strip()}, load {load0:.1f}, log {log}")
     rows: list[tuple[str, str, str, str]] = []
 
+    only = set(args.only.split(","))
+    if "demo-cpu" in only:
+        demo_cpu(run, rows)
+    if "memory" in only:
+        demo_memory(run, rows, args.quick)
+    if "direct" in only:
+        direct(run, rows)
+    if "trivial" in only:
+        trivial(run, rows)
+    if "quickstart" in only:
+        quickstart(run, rows, args.quick)
+    print_table(rows)
+    print(
+        f"\n{time.perf_counter() - started:.0f} s in all; load average {load0:.1f} at the start, "
+        f"{os.getloadavg()[0]:.1f} at the end ({os.cpu_count()} cores)"
+    )
+
+
+Rows = list[tuple[str, str, str, str]]
+
+
+def demo_cpu(run: Runner, rows: Rows) -> None:
     short, long = run("demo-cpu", "2"), run("demo-cpu", "10")
     per_rollout = (long["cpu_s"] - short["cpu_s"]) / (long["rollouts"] - short["rollouts"])
     rows.append((
@@ -154,32 +183,40 @@ def main(args: argparse.Namespace) -> None:
         f"{short['cpu_s']:.1f} s / {long['cpu_s']:.1f} s of CPU", "<= 5 ms",
     ))  # fmt: skip
 
-    batches, from_rollout = (100, 30 * ROLLOUTS_PER_BATCH) if args.quick else (640, 10_000)
+
+def demo_memory(run: Runner, rows: Rows, quick: bool) -> None:
+    batches, from_rollout = (100, 30 * ROLLOUTS_PER_BATCH) if quick else (640, 10_000)
     memory = run("memory", str(batches), str(from_rollout))
     (x0, y0), (x1, y1) = memory["first"], memory["last"]
     rows.append((
         f"trainer RSS growth, rollouts {x0:,}-{x1:,}", f"{memory['kib_per_rollout']:.2f} KiB/rollout",
-        f"{y0:.0f} -> {y1:.0f} MiB{'; --quick: start-up growth included' if args.quick else ''}", "<= 1 KiB",
+        f"{y0:.0f} -> {y1:.0f} MiB{'; --quick: start-up growth included' if quick else ''}", "<= 1 KiB",
     ))  # fmt: skip
     rows.append((
         "demo pipeline, rollout phase", f"{memory['median_rate']:.0f} rollouts/s",
         f"median of {memory['batches']} batches' rollouts/per_s", ">= 300/s",
     ))  # fmt: skip
 
-    direct = run("direct", "30")
+
+def direct(run: Runner, rows: Rows) -> None:
+    measured = run("direct", "30")
     rows.append((
-        "demo sampled directly (30 batches)", f"{direct['rollouts'] / direct['seconds']:.0f} rollouts/s",
-        f"{direct['rollouts']} rollouts in {direct['seconds']:.1f} s, warm start included", "(reference ~420/s)",
+        "demo sampled directly (30 batches)", f"{measured['rollouts'] / measured['seconds']:.0f} rollouts/s",
+        f"{measured['rollouts']} rollouts in {measured['seconds']:.1f} s, warm start included", "(reference ~420/s)",
     ))  # fmt: skip
 
+
+def trivial(run: Runner, rows: Rows) -> None:
     trivial = run("trivial", "512")
     rows.append((
         "trivial agent, 1 runner x 64", f"{trivial['rate']:.0f} rollouts/s",
         f"512 rollouts, trainer CPU {trivial['trainer_ms']:.2f} ms/rollout", ">= 600/s",
     ))  # fmt: skip
 
-    quick_rows = "shared" if args.quick else "per-client,shared,one-client"
-    quick = run("quickstart", quick_rows, "3" if args.quick else "5")
+
+def quickstart(run: Runner, rows: Rows, is_quick: bool) -> None:
+    quick_rows = "shared" if is_quick else "per-client,shared,one-client"
+    quick = run("quickstart", quick_rows, "3" if is_quick else "5")
     for row in quick["rows"]:
         walls = " ".join(f"{w:.2f}" for w in row["walls"])
         rows.append((
@@ -187,16 +224,16 @@ def main(args: argparse.Namespace) -> None:
             f"batches {walls} (ideal 0.50)", "<= 1.0 s" if row["row"] == "shared" else "",
         ))  # fmt: skip
 
+
+def print_table(rows: Rows) -> None:
+    if not rows:
+        return
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     header = ("measure", "result", "detail", "target")
     widths = [max(w, len(h)) for w, h in zip(widths, header, strict=True)]
     print()
     for row in (header, tuple("-" * w for w in widths), *rows):
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
-    print(
-        f"\n{time.perf_counter() - started:.0f} s in all; load average {load0:.1f} at the start, "
-        f"{os.getloadavg()[0]:.1f} at the end ({os.cpu_count()} cores)"
-    )
 
 
 if __name__ == "__main__":
@@ -206,4 +243,5 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a shorter memory span, fewer quick-start rows")
     parser.add_argument("--log", default="bench-run-all.log", help="the benchmarks' own output")
+    parser.add_argument("--only", default=",".join(PARTS), help="a subset: " + ", ".join(PARTS))
     main(parser.parse_args())
