@@ -27,8 +27,20 @@ one triplet, its reward).
    most calls in flight at once, and the trainer's CPU per rollout and share of one core: a trainer
    that keeps up finishes near the ideal with most of its core to spare.
 
+4. Quick-start: the README's quick-start agent shape at full concurrency (``bench.bench_agents:quickstart``):
+   batches of 64 rollouts that each wait ``--quickstart-wait`` (0.5 s: a tool, a remote service) and then
+   make one short policy call through an ``AsyncOpenAI`` client built inside the rollout, on ONE
+   ``ConcurrentRunner`` process of 64, instant sampler; best and median batch wall time of
+   ``--quickstart-batches`` (5) against the ideal (the wait). Rows, each with a runner process of its own,
+   side by side: ``per-client`` (each client builds its TLS context, as before ``adapters/runner/tls.py``:
+   ``AGL_TINKER_SHARED_TLS=0``), ``shared`` (the default) and ``one-client`` (``chat_once``: one client per
+   process, for reference). ``--profile-runner``: cProfile of the runner's event loop over the timed batches
+   (``bench/profiled_runner.py``), top functions printed per row.
+
     .venv/bin/python bench/bench_latency.py [--rollouts 256] [--latency 0.5] [--memory-latency 2.0]
-        [--stock-runners 8] [--scaled-runners 8] [--scaled-rollouts 2048] [--only wall,memory,stock,scaled]
+        [--stock-runners 8] [--scaled-runners 8] [--scaled-rollouts 2048] [--quickstart-batches 5]
+        [--quickstart-wait 0.5] [--quickstart-rows per-client,shared,one-client] [--profile-runner]
+        [--only wall,memory,stock,scaled,quickstart]
 """
 
 from __future__ import annotations
@@ -38,12 +50,14 @@ import asyncio
 import contextlib
 import heapq
 import os
+import pstats
 import random
+import signal
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,6 +74,7 @@ from adapters.agl.store import AglRolloutStore, AglTripletSource
 from adapters.endpoint.policy_endpoint import PolicyEndpoint
 from adapters.endpoint.triplets import EndpointTraceToTriplet
 from adapters.runner.processes import RunnerProcesses
+from adapters.runner.tls import SWITCH_ENV
 from app.usecases.rollouts import RolloutOptions, run_rollouts
 from bench.bench_throughput import (
     AGENT_REFERENCE,
@@ -67,10 +82,13 @@ from bench.bench_throughput import (
     check,
     policy_endpoint,
     requests,
+    runner_cpu_s,
     served_store,
     tiny_renderer,
     warm_up,
 )
+from bench.profiled_runner import ENV as PROFILE_ENV
+from bench.profiled_runner import wrapper_script
 from ports.policy import SampledSequence, SamplingParams, StopReason
 
 RUNNER_CONCURRENCY = 64
@@ -226,6 +244,121 @@ async def scaled(renderer: renderers.Renderer, n_processes: int, n: int) -> None
     )
 
 
+QUICKSTART_ROWS = {
+    "per-client": ("bench.bench_agents:quickstart", False, "client per rollout, TLS context per client (before)"),
+    "shared": ("bench.bench_agents:quickstart", True, "client per rollout, TLS context shared (default)"),
+    "one-client": (AGENT_REFERENCE, True, "one client per process (chat_once, reference)"),
+}
+
+
+@dataclass(slots=True)
+class QuickstartRow:
+    label: str
+    walls: list[float]
+    trainer_cpu_s: float
+    runner_cpu_s: float
+    rollouts: int
+
+    def line(self, wait_s: float) -> str:
+        return (
+            f"quickstart, {self.label}: {len(self.walls)} batches of {self.rollouts // len(self.walls)} x {wait_s} s "
+            f"wait + 1 call: best {min(self.walls):.2f} s, median {statistics.median(self.walls):.2f} s (ideal "
+            f"{wait_s:.2f} s); trainer CPU {1000 * self.trainer_cpu_s / self.rollouts:.2f} ms/rollout, runner CPU "
+            f"{1000 * self.runner_cpu_s / self.rollouts:.2f} ms/rollout"
+        )
+
+
+@contextlib.contextmanager
+def environment(name: str, value: str | None) -> Iterator[None]:
+    """``os.environ[name]`` set to ``value`` (None: unset) inside, what it was after (runner processes inherit it)."""
+    before = os.environ.get(name)
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
+
+
+def signal_runners() -> None:
+    """``SIGUSR1`` to this process's profiled runner processes (``bench/profiled_runner.py``)."""
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if "profiled_runner.py" in " ".join(child.cmdline()):
+                child.send_signal(signal.SIGUSR1)
+
+
+def print_profile(prefix: str, label: str) -> None:
+    deadline = time.monotonic() + 30
+    files: list[Path] = []
+    while not files and time.monotonic() < deadline:
+        time.sleep(0.2)
+        files = sorted(Path(prefix).parent.glob(Path(prefix).name + ".*"))
+    if not files:
+        print(f"--- {label}: no runner profile written")
+        return
+    time.sleep(0.5)  # let the dump finish
+    stats = pstats.Stats(*map(str, files))
+    print(f"--- {label}: runner event loop over the timed batches, top 15 by own time")
+    stats.sort_stats("tottime").print_stats(15)
+    print(f"--- {label}: top 25 by cumulative time")
+    stats.sort_stats("cumulative").print_stats(25)
+    for f in files:
+        f.unlink()
+
+
+async def quickstart(
+    renderer: renderers.Renderer, row: str, batches: int, wait_s: float, profile_dir: Path | None
+) -> QuickstartRow:
+    """Part 4, one row: a runner process of 64 running ``batches`` batches of 64 rollouts, each timed."""
+    agent, shared_tls, label = QUICKSTART_ROWS[row]
+    prefix = str(profile_dir / f"runner-{row}") if profile_dir is not None else None
+    python = str(wrapper_script(profile_dir)) if profile_dir is not None else None
+    walls: list[float] = []
+    trainer_cpu = runner_cpu = 0.0
+    with (
+        environment(SWITCH_ENV, None if shared_tls else "0"),
+        environment(PROFILE_ENV, prefix),
+    ):
+        async with (
+            served_store() as (store, url, token),
+            policy_endpoint(store, renderer, "lean") as (_, rid),
+        ):
+            with RunnerProcesses(agent, url, 1, concurrency=RUNNER_CONCURRENCY, token=token, python=python) as runners:
+                runners.supervise()
+                ready = await warm_up(store, rid, 1)
+                print(f"quickstart, {label}: runner ready after {ready:.1f} s (not timed)", flush=True)
+                if python is not None:
+                    signal_runners()
+                for i in range(batches):
+                    first = 1000 * (i + 1)
+                    cpu0, runner0, started = time.process_time(), runner_cpu_s(), time.perf_counter()
+                    results = await run_rollouts(
+                        requests(RUNNER_CONCURRENCY, rid, start=first, sleep_s=wait_s),
+                        store=AglRolloutStore(store),
+                        triplets=AglTripletSource(EndpointTraceToTriplet()),
+                        options=RolloutOptions(concurrency=RUNNER_CONCURRENCY, rollout_timeout_s=120, runners=runners),
+                    )
+                    walls.append(time.perf_counter() - started)
+                    trainer_cpu += time.process_time() - cpu0
+                    runner_cpu += runner_cpu_s() - runner0
+                    check(results, RUNNER_CONCURRENCY, first)
+                if python is not None:
+                    signal_runners()
+                if runners.alive != 1:
+                    raise RuntimeError(f"the runner process died: {runners.describe()}")
+    result = QuickstartRow(label, walls, trainer_cpu, runner_cpu, batches * RUNNER_CONCURRENCY)
+    print(result.line(wait_s) + f" [batches: {' '.join(f'{w:.2f}' for w in walls)}]", flush=True)
+    if prefix is not None:
+        print_profile(prefix, label)
+    return result
+
+
 def mib(value: float) -> str:
     return f"{value / MiB:7.0f} MiB"
 
@@ -268,6 +401,20 @@ async def main(args: argparse.Namespace) -> None:
                             f"[{peak.samples} samples]",
                             flush=True,
                         )
+        if "quickstart" in only:
+            rows = [
+                await quickstart(
+                    renderer,
+                    row,
+                    args.quickstart_batches,
+                    args.quickstart_wait,
+                    Path(tmp) if args.profile_runner else None,
+                )
+                for row in args.quickstart_rows.split(",")
+            ]
+            print("quickstart, side by side (target: best <= 1.0 s with a client per rollout):")
+            for quick in rows:
+                print("  " + quick.line(args.quickstart_wait), flush=True)
         if "scaled" in only:
             await scaled(renderer, args.scaled_runners, args.scaled_rollouts)
         if "stock" in only:
@@ -309,5 +456,13 @@ if __name__ == "__main__":
     parser.add_argument("--stock-runners", type=int, default=8)
     parser.add_argument("--scaled-runners", type=int, default=8, help="runner processes, part 3")
     parser.add_argument("--scaled-rollouts", type=int, default=2048, help="rollouts, part 3")
-    parser.add_argument("--only", default="wall,memory,scaled,stock", help="parts to run: wall, memory, scaled, stock")
+    parser.add_argument("--quickstart-batches", type=int, default=5, help="timed batches per row, part 4")
+    parser.add_argument("--quickstart-wait", type=float, default=0.5, help="each rollout's wait before its call")
+    parser.add_argument("--quickstart-rows", default="per-client,shared,one-client", help="rows of part 4")
+    parser.add_argument("--profile-runner", action="store_true", help="cProfile the runner's loop, part 4")
+    parser.add_argument(
+        "--only",
+        default="wall,memory,scaled,stock,quickstart",
+        help="parts to run: wall, memory, scaled, stock, quickstart",
+    )
     asyncio.run(main(parser.parse_args()))

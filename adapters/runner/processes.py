@@ -43,6 +43,7 @@ from pydantic import BaseModel, ConfigDict
 from adapters.agl.auth import TokenStoreClient, export_spans_with_token
 from adapters.runner.concurrent_runner import AGENT_ERROR, DEFAULT_CONCURRENCY, HUNG_EXIT_CODE, ConcurrentRunner
 from adapters.runner.protocol import RUNNER_MODULE, STOP
+from adapters.runner.tls import share_default_tls_contexts
 
 logger = logging.getLogger(__name__)
 
@@ -360,6 +361,7 @@ def run_runner_process(settings: Mapping[str, Any], control: TextIO) -> None:
         stop.set()
 
     threading.Thread(target=listen, name="runner-control", daemon=True).start()
+    share_default_tls_contexts()  # before the agent's module builds any client
     agent = load_agent(parsed.agent)
 
     async def serve() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -80,6 +81,27 @@ def interleaved_sync(task: Task, llm: agl.LLM) -> None:
             agl.emit_reward(task["n"] + turn / 10)
     finally:
         _leave()
+
+
+_contexts: list[ssl.SSLContext] = []
+
+
+@rollout
+async def client_per_rollout(task: Task, llm: agl.LLM) -> float:
+    """The README's agent (a client built in the rollout; one call), rewarded with what its client's TLS context
+    is: the number of distinct contexts this process's clients have had so far, or -1 if it does not verify."""
+    client = openai.AsyncOpenAI(base_url=llm.endpoint, api_key="unused")
+    reply = await client.chat.completions.create(
+        model=llm.model, messages=[{"role": "user", "content": f"task {task['n']}"}], max_tokens=4
+    )
+    if not reply.choices:
+        raise RuntimeError("no choice")
+    context = client._client._transport._pool._ssl_context  # type: ignore[attr-defined]
+    if context.verify_mode != ssl.CERT_REQUIRED or not context.check_hostname:
+        return -1.0
+    if all(context is not seen for seen in _contexts):
+        _contexts.append(context)
+    return float(len(_contexts))
 
 
 @rollout

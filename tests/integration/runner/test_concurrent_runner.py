@@ -169,6 +169,24 @@ async def test_one_runner_process_runs_its_rollouts_at_once(
         assert len(workers) == 1
 
 
+async def test_clients_built_in_each_rollout_of_a_runner_process_work_and_share_one_verifying_tls_context(
+    store: agl.InMemoryLightningStore, endpoint: PolicyEndpoint
+) -> None:
+    """``adapters/runner/tls.py`` in a runner process: every rollout's new client reached the policy, and all
+    of them had the same context, which verifies certificates (a context per client costs 30-50 ms of CPU)."""
+    async with served_store(store) as server:
+        with RunnerProcesses(
+            "tests.integration.concurrent_agents:client_per_rollout", server.endpoint, 1, concurrency=8
+        ):
+            ids = await enqueue(store, [{"n": n} for n in range(8)])
+            await wait_finished(store, ids)
+        for rid in ids:
+            rollout = cast(agl.Rollout, await store.get_rollout_by_id(rid))
+            assert rollout.status == "succeeded"
+            spans = await store.query_spans(rid, "latest")
+            assert [agl.get_reward_value(s) for s in spans if agl.get_reward_value(s) is not None] == [1.0]
+
+
 async def test_a_reward_from_a_thread_the_agent_started_goes_to_the_only_open_rollout(
     store: agl.InMemoryLightningStore, endpoint: PolicyEndpoint
 ) -> None:
