@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from adapters.agl1.environment import PYTHON_ENV, ensure_agl1_env, find_python312
@@ -119,11 +120,21 @@ def condition(job: dict[str, Any]) -> tuple[str, str]:
 
 
 async def test_kubernetes_jobs_of_the_two_turn_agent_train_two_batches_each_rollout_one_exact_datum(
-    tmp_path: Path, tiny_model: Path, cluster: Cluster
+    tmp_path: Path, tiny_model: Path, cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from adapters.agl1.store import Agl1RolloutStore
     from app.config import load_config
     from app.launch import train
 
+    registered: list[int] = []
+    request = Agl1RolloutStore._request
+
+    async def recording(self: Agl1RolloutStore, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        if path == "/api/models":
+            registered.extend(model["version"] for model in kwargs["json"])
+        return await request(self, method, path, **kwargs)
+
+    monkeypatch.setattr(Agl1RolloutStore, "_request", recording)
     args = overrides(tmp_path, tiny_model, cluster, EXAMPLE / "job.yaml", "max_batches=2")
     summary = await asyncio.wait_for(train(load_config(None, args).unwrap()), 300)
 
@@ -150,6 +161,7 @@ async def test_kubernetes_jobs_of_the_two_turn_agent_train_two_batches_each_roll
         assert env["AGL_EVENT_URL"] == f"{agent_url}/api/rollouts/{rid}/attempt/0/events"
         assert env["AGL_KEY"] == os.environ["AGL_KEY"] and set(json.loads(env["AGL_TASK"])) == {"word", "digit"}
     assert {condition(job) for job in cluster.kubernetes.jobs()} == {("Complete", "")}
+    assert registered == [1, 2]  # the endpoint's version (its first sampler is 1), one step per batch
 
 
 async def test_a_job_whose_agent_exits_1_is_counted_failed(tmp_path: Path, tiny_model: Path, cluster: Cluster) -> None:
