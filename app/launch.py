@@ -643,6 +643,7 @@ async def _agl1_parts(
                 key_env=AGL1_KEY_ENV,
             )
             async with open_run_on_store(config, None, train_tasks, test_tasks, side=side) as run:
+                store.policy_version = lambda: run.endpoint.policy_version
                 yield run
     finally:
         if server is not None:

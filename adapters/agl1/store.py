@@ -116,8 +116,11 @@ class Agl1RolloutStore:
         spans: SpanLog,
         launch: Agl1Launch,
         outage: OutagePolicy | None = None,
+        policy_version: Callable[[], int] | None = None,
     ) -> None:
         self.client = client
+        self.policy_version: Callable[[], int] = policy_version or (lambda: 0)
+        """The serving policy's version (the endpoint's; the run binds it once the endpoint exists)."""
         self.spans = spans
         self.launch = launch
         self.outage = outage or OutagePolicy()
@@ -170,8 +173,10 @@ class Agl1RolloutStore:
         return await self._call(send)
 
     async def add_resources(self, resources: Mapping[str, object]) -> str:
-        """Register the policy (each resource with an endpoint and a model) under the next version number."""
-        version, self._resources = self._resources, self._resources + 1
+        """Register the policy (each resource with an endpoint and a model) with the version the endpoint serves,
+        as 1.x's gateway reports it (``model_version``); each registration gets an id of its own."""
+        number, self._resources = self._resources, self._resources + 1
+        version = self.policy_version()
         models = [
             {"model": str(model), "endpoint": str(endpoint), "version": version}
             for resource in resources.values()
@@ -179,7 +184,7 @@ class Agl1RolloutStore:
         ]
         if models:
             await self._request("POST", "/api/models", json=models)
-        return f"agl1-resources-{version}"
+        return f"agl1-resources-{number}"
 
     async def enqueue_many(self, requests: Sequence[RolloutRequest], retry: RetryPolicy) -> Sequence[str]:
         if retry.max_attempts > 1:

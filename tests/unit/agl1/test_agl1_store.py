@@ -202,10 +202,15 @@ async def test_latest_spans_are_the_endpoint_records(store: Agl1RolloutStore, sp
     assert [s.sequence_id for s in await store.latest_spans(rid)] == [1]
 
 
-async def test_resources_register_the_policy_with_a_version(store: Agl1RolloutStore, server: FakeServer) -> None:
+async def test_resources_register_the_policy_with_the_version_the_endpoint_serves(
+    store: Agl1RolloutStore, server: FakeServer
+) -> None:
     llm = ProxyLLM(endpoint="http://127.0.0.1:9/", model="policy")
-    assert await store.add_resources({"main_llm": llm}) != await store.add_resources({"main_llm": llm})
-    assert [(m["model"], m["version"]) for m in server.models] == [("policy", 0), ("policy", 1)]
+    served = iter([3, 3, 4])
+    store.policy_version = lambda: next(served)  # an evaluation and a batch at version 3, then one step
+    ids = [await store.add_resources({"main_llm": llm}) for _ in range(3)]
+    assert len(set(ids)) == 3
+    assert [(m["model"], m["version"]) for m in server.models] == [("policy", 3), ("policy", 3), ("policy", 4)]
 
 
 async def test_an_unreachable_server_is_ridden_out_then_named(store: Agl1RolloutStore, server: FakeServer) -> None:
