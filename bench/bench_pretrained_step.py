@@ -7,7 +7,7 @@ concurrent requests, continuous batching, each distinct prompt prefilled once) a
 ``model.generate`` on a left-padded batch of the 32 prompts (the baseline: what plain transformers does), then
 the training step (``forward_backward`` with importance sampling + ``optim_step``) over the 32 sequences and the
 publication of the next sampler (a merged copy of the weights), and the whole step's seconds. Usage:
-``python bench/bench_pretrained_step.py [--tokens 16] [--rank 32] [--repeats 2]``.
+``python bench/bench_pretrained_step.py [--tokens 16] [--rank 32] [--repeats 2] [--threads N]``.
 """
 
 from __future__ import annotations
@@ -103,12 +103,13 @@ async def main() -> None:
     parser.add_argument("--tokens", type=int, default=16)
     parser.add_argument("--rank", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: the backend's own)")
     args = parser.parse_args()
     register_smollm2_renderer()
     path = pretrained_model_dir("smollm2-135m-instruct")
     renderer = get_renderer(SMOLLM2_RENDERER, get_tokenizer(str(path)))
     prompts = [renderer.build_generation_prompt([{"role": "user", "content": q}]).to_ints() for q in QUESTIONS]
-    trainer = LocalTrainer(path, lora_rank=args.rank)
+    trainer = LocalTrainer(path, lora_rank=args.rank, num_threads=args.threads)
     print(
         f"SmolLM2-135M-Instruct, LoRA rank {args.rank}, 32 rollouts (4 prompts of {len(prompts[0])} tokens x 8), "
         f"{args.tokens} tokens each, torch threads {torch.get_num_threads()}, load {os.getloadavg()[0]:.1f}"
