@@ -116,6 +116,7 @@ async def keypad_agent(task: dict[str, str], llm: agl.LLM) -> float:
 
 
 Chat = list[dict[str, str]]
+Items = list[dict[str, str]]
 
 
 def digit_format_chats(items: list[dict[str, str]], n: int, seed: int) -> list[Chat]:
