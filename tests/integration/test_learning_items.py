@@ -16,7 +16,9 @@ def prompts(items: list[dict[str, str]]) -> set[str]:
 
 
 @pytest.mark.parametrize("split", [la.digit_items, la.door_items])
-def test_test_items_are_disjoint_from_training_items_and_balanced_over_the_digits(split: Callable[[], tuple[la.Items, la.Items]]) -> None:
+def test_test_items_are_disjoint_from_training_items_and_balanced_over_the_digits(
+    split: Callable[[], tuple[la.Items, la.Items]],
+) -> None:
     train, test = split()
     assert (len(train), len(test)) == (80, 20)
     assert not prompts(train) & prompts(test)
