@@ -1,7 +1,10 @@
-"""Agents the learning checks train, written as users write them (``openai`` client, the tools API).
+"""Agents the learning checks train, written as users write them (``openai`` client, the tools API), and their tasks.
 
-Each is small enough for the tiny model to learn within a few dozen batches: the demo's question (a number word)
-whose answer only counts in a second turn, and a keypad whose code only a tool call's argument can enter.
+Every check's task carries its answer in the prompt: a digit between two filler words ("maybe 7 thanks" -> "7"),
+once graded on a second turn, once pressed through a tool call. A policy learns the mapping (find the digit and
+say it), not one reply: a constant reply scores 0.1 on the balanced test sets. Training and test items are
+disjoint (no test prompt is ever trained on), so a rise in the test reward is a rule that generalises, not items
+remembered. ``coin_agent`` is the negative control: the same task with a reward that does not depend on the reply.
 """
 
 from __future__ import annotations
@@ -13,43 +16,74 @@ from typing import Any
 import agentlightning as agl
 from openai import AsyncOpenAI
 
-from app.demo.task import NUMBER_WORDS
-
+FILLERS = ("hello", "answer", "number", "guess", "higher", "lower", "tool", "call")
+FILLERS += ("result", "think", "yes", "no", "maybe", "done", "thanks", "the")
+"""Words around the digit: chat words the tiny model's tokenizer was built from, none a number."""
+DOORS = ("front", "back", "red", "blue", "green", "garden", "kitchen", "cellar", "office", "garage")
 AGAIN = "again"
+SPLIT_SEED = 1234
+"""Fixes which items are test items; the same for every run seed, so seeds vary training, not the split."""
+
+
+def digit_items(n_train: int = 80, n_test: int = 20) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """Disjoint training and test items ``{"text": "<word> <digit> <word>", "digit": ...}``, each set balanced
+    over the ten digits (a constant reply scores 0.1)."""
+    rng = random.Random(SPLIT_SEED)
+    pairs = [(a, b) for a in FILLERS for b in FILLERS if a != b]
+    per_digit = [rng.sample(pairs, (n_train + n_test) // 10) for _ in range(10)]
+    items = [[{"text": f"{a} {d} {b}", "digit": str(d)} for a, b in per_digit[d]] for d in range(10)]
+    test = [item for d in range(10) for item in items[d][: n_test // 10]]
+    train = [item for d in range(10) for item in items[d][n_test // 10 :]]
+    return train, test
+
+
+def door_items(n_test: int = 20) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """Every (door, code digit) pair, ``n_test`` of them held out: two codes per door, each digit twice."""
+    rng = random.Random(SPLIT_SEED)
+    shift = rng.randrange(10)
+    held = {(door, (i + shift + k * 5) % 10) for i, door in enumerate(DOORS) for k in range(n_test // 10)}
+    items = [((door, d) in held, {"door": door, "digit": str(d)}) for door in DOORS for d in range(10)]
+    return [item for is_test, item in items if not is_test], [item for is_test, item in items if is_test]
+
+
+def _digit_reward(reply: str | None, digit: str) -> float:
+    return 1.0 if (reply or "").strip() == digit else 0.0
+
+
+@agl.rollout
+async def find_digit_agent(task: dict[str, str], llm: agl.LLM) -> float:
+    """Asks with the item's text; reward 1 for replying exactly its digit."""
+    client = AsyncOpenAI(base_url=llm.endpoint, api_key="dummy")
+    reply = await client.chat.completions.create(model=llm.model, messages=[{"role": "user", "content": task["text"]}])
+    return _digit_reward(reply.choices[0].message.content, task["digit"])
+
+
+@agl.rollout
+async def coin_agent(task: dict[str, Any], llm: agl.LLM) -> float:
+    """The negative control: asks as ``find_digit_agent`` does, but a training task (``"coin": true``) is rewarded
+    by a fair coin, whatever the reply; test tasks are graded as ``find_digit_agent`` grades them. The policy is
+    updated as often and as hard as the real task's, so only rewards that depend on the reply can raise the test
+    reward."""
+    client = AsyncOpenAI(base_url=llm.endpoint, api_key="dummy")
+    reply = await client.chat.completions.create(model=llm.model, messages=[{"role": "user", "content": task["text"]}])
+    if task.get("coin"):
+        return float(random.random() < 0.5)
+    return _digit_reward(reply.choices[0].message.content, task["digit"])
 
 
 @agl.rollout
 async def second_turn_agent(task: dict[str, str], llm: agl.LLM) -> float:
-    """The word, a first reply nobody grades, then "again": only the second reply is graded (the word's digit)."""
+    """The item's text, a first reply nobody grades, then "again": only the second reply is graded, against the
+    digit of the first prompt, which the policy must carry across the ungraded turn."""
     client = AsyncOpenAI(base_url=llm.endpoint, api_key="dummy")
-    messages: list[Any] = [{"role": "user", "content": task["word"]}]
+    messages: list[Any] = [{"role": "user", "content": task["text"]}]
     first = await client.chat.completions.create(model=llm.model, messages=messages)
     messages += [{"role": "assistant", "content": first.choices[0].message.content or ""}]
     messages += [{"role": "user", "content": AGAIN}]
     second = await client.chat.completions.create(model=llm.model, messages=messages)
-    return 1.0 if (second.choices[0].message.content or "").strip() == task["digit"] else 0.0
+    return _digit_reward(second.choices[0].message.content, task["digit"])
 
 
-def two_turn_format_chats(n: int, seed: int) -> list[list[dict[str, str]]]:
-    """Warm-start chats of the second-turn game's format, never its answer: random digits in both turns."""
-    rng = random.Random(seed)
-    chats = []
-    for _ in range(n):
-        first, second = str(rng.randrange(10)), str(rng.randrange(10))
-        chats.append(
-            [
-                {"role": "user", "content": rng.choice(NUMBER_WORDS)},
-                {"role": "assistant", "content": first},
-                {"role": "user", "content": AGAIN},
-                {"role": "assistant", "content": second},
-            ]
-        )
-    return chats
-
-
-KEYPAD_CODE = "7"
-"""The keypad's code: the same for every door, never in a prompt; the policy finds it from rewards alone."""
-DOORS = ("front", "back", "red", "blue", "green", "garden", "kitchen", "cellar", "office", "garage")
 PRESS = {
     "type": "function",
     "function": {
@@ -60,15 +94,16 @@ PRESS = {
 }
 
 
-def open_door_prompt(door: str) -> str:
-    return f"Open the {door} door."
+def open_door_prompt(door: str, digit: str) -> str:
+    return f"Open the {door} door with {digit}"
 
 
 @agl.rollout
 async def keypad_agent(task: dict[str, str], llm: agl.LLM) -> float:
-    """Asks to open a door with a ``press`` tool: the reward is 1 for exactly one call pressing the code."""
+    """Asks to open a door whose code is in the prompt, with a ``press`` tool: the reward is 1 for exactly one call
+    pressing that code."""
     client = AsyncOpenAI(base_url=llm.endpoint, api_key="dummy")
-    messages: list[Any] = [{"role": "user", "content": open_door_prompt(task["door"])}]
+    messages: list[Any] = [{"role": "user", "content": open_door_prompt(task["door"], task["digit"])}]
     reply = await client.chat.completions.create(model=llm.model, messages=messages, tools=[PRESS])
     calls = reply.choices[0].message.tool_calls or []
     if len(calls) != 1 or calls[0].type != "function" or calls[0].function.name != "press":
@@ -77,19 +112,53 @@ async def keypad_agent(task: dict[str, str], llm: agl.LLM) -> float:
         arguments = json.loads(calls[0].function.arguments)
     except ValueError:
         return 0.0
-    return 1.0 if isinstance(arguments, dict) and arguments.get("digit") == KEYPAD_CODE else 0.0
+    return 1.0 if isinstance(arguments, dict) and arguments.get("digit") == task["digit"] else 0.0
 
 
-def keypad_format_chats(tools_system_prompt: str, n: int, seed: int) -> list[list[dict[str, str]]]:
+Chat = list[dict[str, str]]
+Items = list[dict[str, str]]
+
+
+def digit_format_chats(items: list[dict[str, str]], n: int, seed: int) -> list[Chat]:
+    """Warm-start chats of the answer format, never the answer: training prompts, each with a random digit."""
+    rng = random.Random(seed)
+    chats = []
+    for _ in range(n):
+        item = rng.choice(items)
+        chats.append(
+            [{"role": "user", "content": item["text"]}, {"role": "assistant", "content": str(rng.randrange(10))}]
+        )
+    return chats
+
+
+def two_turn_format_chats(items: list[dict[str, str]], n: int, seed: int) -> list[Chat]:
+    """Warm-start chats of the second-turn game's format, never its answer: random digits in both turns."""
+    rng = random.Random(seed)
+    chats = []
+    for _ in range(n):
+        item, first, second = rng.choice(items), str(rng.randrange(10)), str(rng.randrange(10))
+        chats.append(
+            [
+                {"role": "user", "content": item["text"]},
+                {"role": "assistant", "content": first},
+                {"role": "user", "content": AGAIN},
+                {"role": "assistant", "content": second},
+            ]
+        )
+    return chats
+
+
+def keypad_format_chats(tools_system_prompt: str, items: list[dict[str, str]], n: int, seed: int) -> list[Chat]:
     """Warm-start chats of the keypad's call format, never its code: each presses a random digit."""
     rng = random.Random(seed)
     chats = []
     for _ in range(n):
+        item = rng.choice(items)
         call = json.dumps({"name": "press", "arguments": {"digit": str(rng.randrange(10))}})
         chats.append(
             [
                 {"role": "system", "content": tools_system_prompt},
-                {"role": "user", "content": open_door_prompt(rng.choice(DOORS))},
+                {"role": "user", "content": open_door_prompt(item["door"], item["digit"])},
                 {"role": "assistant", "content": f"<tool_call>\n{call}\n</tool_call>"},
             ]
         )
