@@ -22,8 +22,9 @@ TEST_ITEMS = 75
 SUMS_PASS = 32
 """Held-out sums the check must get right: 32 or more of 75 by chance, for a policy still at the base model's
 0.28, has probability 0.45% (binomial); seeds 0-4 reached 37-57 (bench/README.md, the real-model checks)."""
-CONTROL_MAX = 27
-"""Held-out sums the control may get right at most: its own five seeds (bench/README.md)."""
+CONTROL_MAX = SUMS_PASS - 1
+"""The control must not pass the check: a coin for reward leaves the held-out sums near the base model's 21
+(bench/README.md, the real-model checks per seed)."""
 
 
 @dataclass(frozen=True)
