@@ -679,7 +679,10 @@ async def open_run_on_store(
     if side is None:
         if store is None:
             raise LaunchError("a run needs a store")
-        side = StoreSide(recorder=store, rollout_store=AglRolloutStore(store, OutagePolicy(config.outage_tolerance_s)))
+        rollout_store = AglRolloutStore(
+            store, OutagePolicy(config.outage_tolerance_s), forgets_finished=not config.keep_rollouts
+        )
+        side = StoreSide(recorder=store, rollout_store=rollout_store)
     other_thread = (
         "its HTTP server" if isinstance(store, agl.LightningStoreServer)
         else "the LiteLLM endpoint" if config.endpoint_server == "litellm"

@@ -3,8 +3,9 @@
 Every store server the project starts (the embedded one of ``train``, ``agl-tinker store``, the
 ``store_process=true`` child) is made here, so they answer alike: the token check
 (``adapters.agl.auth``, when a token is given), a finished rollout in one request
-(``adapters.agl.finish``), forgetting trained rollouts (``adapters.agl.forget``) and the lean
-error middleware (``adapters.agl.middleware``).
+(``adapters.agl.finish``), a dequeue that waits for a rollout (``adapters.agl.dequeue``),
+forgetting trained rollouts (``adapters.agl.forget``) and the lean error middleware
+(``adapters.agl.middleware``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from agentlightning import LightningStore, LightningStoreServer
 from agentlightning.store.client_server import API_V1_AGL_PREFIX
 
 from adapters.agl.auth import protect
+from adapters.agl.dequeue import serve_dequeue
 from adapters.agl.finish import serve_finish
 from adapters.agl.forget import serve_forget
 from adapters.agl.middleware import lean_store_server
@@ -25,7 +27,7 @@ from adapters.agl.middleware import lean_store_server
 
 def project_store_server(store: LightningStore, token: str | None, **server_args: Any) -> LightningStoreServer:
     """``LightningStoreServer(store, **server_args)`` with the project's additions; not started."""
-    server = serve_forget(serve_finish(lean_store_server(LightningStoreServer(store, **server_args))))
+    server = serve_forget(serve_dequeue(serve_finish(lean_store_server(LightningStoreServer(store, **server_args)))))
     return protect(server, token) if token is not None else server
 
 

@@ -45,6 +45,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace import TracerProvider as TracerProviderImpl
 from opentelemetry.trace import StatusCode
 
+from adapters.agl.dequeue import WaitingDequeue
 from adapters.agl.finish import AttemptEnd, FinishingClient
 from adapters.langchain.tracing import instrument_langchain
 
@@ -320,6 +321,9 @@ class ConcurrentRunner:
         self._store = store
         self._finishing = FinishingClient(store) if isinstance(store, LightningStoreClient) else None
         """Over HTTP: a finished rollout in one request (``adapters.agl.finish``); in process: direct calls."""
+        self._dequeue = WaitingDequeue(store, status_check_s) if isinstance(store, LightningStoreClient) else None
+        """Over HTTP: a dequeue the server holds until a rollout comes (``adapters.agl.dequeue``), at most one
+        status-check interval so that ended rollouts are still looked for on time; in process: direct calls."""
         self._worker_id = worker_id
         self._concurrency = concurrency
         self._poll_interval_s = poll_interval_s
@@ -354,7 +358,7 @@ class ConcurrentRunner:
                 if now - last_heartbeat >= self._heartbeat_s:
                     last_heartbeat = now
                     await self._heartbeat()
-                if not took:
+                if not took and not (self._dequeue is not None and self._dequeue.waited):
                     await asyncio.sleep(self._poll_interval_s)
             if self._running:
                 await asyncio.gather(*self._running.values(), return_exceptions=True)
@@ -372,7 +376,11 @@ class ConcurrentRunner:
         """
         took = False
         while len(self._running) < self._concurrency:
-            rollout = await self._store.dequeue_rollout(worker_id=self._worker_id)
+            rollout = await (
+                self._store.dequeue_rollout(worker_id=self._worker_id)
+                if self._dequeue is None
+                else self._dequeue.dequeue(self._worker_id)
+            )
             if rollout is None:
                 break
             took = True

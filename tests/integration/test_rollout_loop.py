@@ -56,13 +56,14 @@ def requests(resources_id: str, *tasks: dict[str, float]) -> list[RolloutRequest
     return [RolloutRequest(task=t, mode="train", resources_id=resources_id) for t in tasks]
 
 
+@pytest.mark.parametrize("forgets", [False, True], ids=["lookups", "query"])
 async def test_a_rollout_no_runner_picks_up_ends_at_its_queue_deadline(
-    store: agl.InMemoryLightningStore, resources_id: str
+    store: agl.InMemoryLightningStore, resources_id: str, forgets: bool
 ) -> None:
     results = await asyncio.wait_for(  # a queue deadline that did not fire would hang here for 60 s or more
         run_rollouts(
             requests(resources_id, {"reward": 1.0}, {"reward": 0.0}),
-            store=AglRolloutStore(store),
+            store=AglRolloutStore(store, forgets_finished=forgets),
             triplets=AglTripletSource(agl.TracerTraceToTriplet()),
             options=RolloutOptions(rollout_timeout_s=60, queue_timeout_s=0.3),
         ),
@@ -77,14 +78,16 @@ async def test_a_rollout_no_runner_picks_up_ends_at_its_queue_deadline(
 
 
 @pytest.mark.usefixtures("runner")
+@pytest.mark.parametrize("forgets", [False, True], ids=["lookups", "query"])
 async def test_runner_results_come_back_in_input_order_with_their_status(
-    store: agl.InMemoryLightningStore, resources_id: str
+    store: agl.InMemoryLightningStore, resources_id: str, forgets: bool
 ) -> None:
+    """Terminal statuses come from per-rollout lookups, or from one query when the run forgets finished rollouts."""
     stats = RolloutStats()
     seen: list[int] = []
     results = await run_rollouts(
         requests(resources_id, {"reward": 1.0}, {"reward": 0.5, "fail": 1.0}, {"reward": 0.0}),
-        store=AglRolloutStore(store),
+        store=AglRolloutStore(store, forgets_finished=forgets),
         triplets=AglTripletSource(agl.TracerTraceToTriplet()),
         options=RolloutOptions(rollout_timeout_s=30),
         on_result=lambda index, _: seen.append(index),
