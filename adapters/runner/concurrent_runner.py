@@ -41,9 +41,11 @@ from agentlightning.execution import MultiprocessingEvent, ThreadingEvent
 from agentlightning.tracer import OtelTracer
 from agentlightning.tracer.base import clear_active_tracer, get_active_tracer, set_active_tracer
 from agentlightning.types import NamedResources, SpanCoreFields
+from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.sdk.trace import Span as SdkSpan
 from opentelemetry.sdk.trace import TracerProvider as TracerProviderImpl
-from opentelemetry.trace import StatusCode
+from opentelemetry.trace import SpanKind, StatusCode
 
 from adapters.agl.dequeue import WaitingDequeue
 from adapters.agl.finish import AttemptEnd, FinishingClient
@@ -156,16 +158,31 @@ class _ScopedSpanProcessor(SpanProcessor):
 
     A span ended where no rollout context reaches (a thread the agent started itself) goes to the
     only open rollout when there is exactly one, as ``LitAgentRunner`` would file it; with several
-    open it cannot be attributed, and is dropped and counted in ``unscoped``.
+    open it cannot be attributed, and is dropped and counted in ``unscoped``. A server's spans are
+    never filed so: a request a server in this process handles outside every rollout's context (a
+    store server beside an in-process runner; FastAPI traces its requests natively whenever a
+    tracer provider is set) is that server's work, not an agent's.
     """
 
     def __init__(self) -> None:
         self.unscoped = 0
         self.open: list[_Scope] = []
         self.lock = threading.Lock()
+        self._serving: set[int] = set()
+        """Span ids of unscoped server spans and their descendants, while they are open."""
+
+    def on_start(self, span: SdkSpan, parent_context: Context | None = None) -> None:
+        if _current_scope.get() is not None:
+            return
+        parent = span.parent
+        if span.kind == SpanKind.SERVER or (parent is not None and parent.span_id in self._serving):
+            self._serving.add(span.get_span_context().span_id)
 
     def on_end(self, span: ReadableSpan) -> None:
         scope = _current_scope.get()
+        if scope is None and span.context is not None and span.context.span_id in self._serving:
+            self._serving.discard(span.context.span_id)
+            return
         if scope is None:
             with self.lock:
                 only = self.open[0] if len(self.open) == 1 else None

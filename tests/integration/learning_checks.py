@@ -88,9 +88,16 @@ CHECKS = {
         0.5,
         overrides=("max_tokens=40", "learning_rate=3e-3"),
     ),
-    # Rollouts for the next batch run while the trainer steps, with PPO's clipping as bench_async.py trains it;
-    # stale steps train at lr / (1 + staleness), so more batches than sync.
-    "async": Check(f"{AGENTS}:find_digit_agent", 40, digit_files, 0.5, overrides=("async.enabled=true", "loss_fn=ppo")),
+    # Rollouts for the next batch run while the trainer steps, with PPO's clipping as bench_async.py trains it.
+    # A step on one-version-old groups trains at lr / (1 + staleness): at twice the sync rate its steps are about
+    # single-turn's size. 40 batches learned in 3 of 5 seeds, 60 in 4 of 5 (bench/README.md, the checks per seed).
+    "async": Check(
+        f"{AGENTS}:find_digit_agent",
+        60,
+        digit_files,
+        0.5,
+        overrides=("async.enabled=true", "loss_fn=ppo", "learning_rate=2e-2"),
+    ),
 }
 
 
