@@ -5,7 +5,9 @@ training reward in the first and last batch, and the wall time; then per check t
 test reward, against the threshold the suite asserts. bench/README.md (the learning checks per seed) keeps the
 table the thresholds were chosen from.
 
-    .venv/bin/python bench/bench_learning_checks.py [--checks single-turn,control] [--seeds 0,1,2,3,4]
+    .venv/bin/python bench/bench_learning_checks.py [--checks single-turn,control] [--seeds 0,1,2,3,4] [key=value ...]
+
+Settings after the options (``max_batches=60``, ``learning_rate=5e-3``) are tried over each check's own.
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checks", default=",".join(CHECKS), help="comma-separated check names")
     parser.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated run seeds")
+    parser.add_argument("overrides", nargs="*", help="settings over each check's own (key=value)")
     args = parser.parse_args()
+    extra = tuple(args.overrides)
     names, seeds = args.checks.split(","), [int(s) for s in args.seeds.split(",")]
     renderer = tiny_renderer()
     print("| check | seed | test before | test after | train first -> last batch | wall |", flush=True)
@@ -41,7 +45,7 @@ def main() -> None:
         for seed in seeds:
             start = time.monotonic()
             with tempfile.TemporaryDirectory(prefix=f"check-{name}-{seed}-") as directory:
-                outcome: Outcome = asyncio.run(run_check(name, seed, Path(directory), renderer))
+                outcome: Outcome = asyncio.run(run_check(name, seed, Path(directory), renderer, extra))
             seconds = time.monotonic() - start
             finals.setdefault(name, []).append(outcome.after)
             print(

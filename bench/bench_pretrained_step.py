@@ -7,7 +7,8 @@ concurrent requests, continuous batching, each distinct prompt prefilled once) a
 ``model.generate`` on a left-padded batch of the 32 prompts (the baseline: what plain transformers does), then
 the training step (``forward_backward`` with importance sampling + ``optim_step``) over the 32 sequences and the
 publication of the next sampler (a merged copy of the weights), and the whole step's seconds. Usage:
-``python bench/bench_pretrained_step.py [--tokens 16] [--rank 32] [--repeats 2] [--threads N]``.
+``python bench/bench_pretrained_step.py [--tokens 16] [--rank 32] [--repeats 2] [--threads N]
+[--logits-per-chunk N]`` (the training forward's chunk budget; ``1099511627776``: the whole batch in one chunk).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import resource
 import sys
 import time
 from pathlib import Path
@@ -104,15 +106,18 @@ async def main() -> None:
     parser.add_argument("--rank", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: the backend's own)")
+    parser.add_argument("--logits-per-chunk", type=int, default=None, help="the backend's chunk budget (default)")
     args = parser.parse_args()
     register_smollm2_renderer()
     path = pretrained_model_dir("smollm2-135m-instruct")
     renderer = get_renderer(SMOLLM2_RENDERER, get_tokenizer(str(path)))
     prompts = [renderer.build_generation_prompt([{"role": "user", "content": q}]).to_ints() for q in QUESTIONS]
-    trainer = LocalTrainer(path, lora_rank=args.rank, num_threads=args.threads)
+    chunking = {} if args.logits_per_chunk is None else {"logits_per_chunk": args.logits_per_chunk}
+    trainer = LocalTrainer(path, lora_rank=args.rank, num_threads=args.threads, **chunking)
     print(
         f"SmolLM2-135M-Instruct, LoRA rank {args.rank}, 32 rollouts (4 prompts of {len(prompts[0])} tokens x 8), "
-        f"{args.tokens} tokens each, torch threads {torch.get_num_threads()}, load {os.getloadavg()[0]:.1f}"
+        f"{args.tokens} tokens each, torch threads {torch.get_num_threads()}, load {os.getloadavg()[0]:.1f}, "
+        f"training chunks of at most {trainer.tokens_per_chunk} tokens"
     )
     for repeat in range(args.repeats):
         baseline = generate_baseline(trainer, prompts, args.tokens)
@@ -122,7 +127,8 @@ async def main() -> None:
             f"step {repeat}: sample {s['sample_s']:.1f} s ({s['sampled_tok'] / s['sample_s']:.0f} tok/s; "
             "plain generate "
             f"{baseline:.1f} s, {32 * args.tokens / baseline:.0f} tok/s), train {s['train_s']:.1f} s "
-            f"({s['trained_tok'] / s['train_s']:.0f} tok/s), publish {s['publish_s']:.1f} s; step {total:.1f} s",
+            f"({s['trained_tok'] / s['train_s']:.0f} tok/s), publish {s['publish_s']:.1f} s; step {total:.1f} s; "
+            f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024} MiB",
             flush=True,
         )
     trainer.close()

@@ -5,7 +5,9 @@ markdown table: per run the held-out sums answered right greedily (of 75) before
 in the first and last batch, and the wall time; then each kind's range against what the suite asserts.
 bench/README.md (the real-model checks per seed) keeps the table the bounds were chosen from.
 
-    .venv/bin/python bench/bench_sum_checks.py [--kinds check,control] [--seeds 0,1,2,3,4]
+    .venv/bin/python bench/bench_sum_checks.py [--kinds check,control] [--seeds 0,1,2,3,4] [--eval-every 2]
+
+``--eval-every N`` also evaluates every N batches and prints the held-out sums at each evaluation.
 """
 
 from __future__ import annotations
@@ -24,28 +26,38 @@ os.environ.setdefault("LITELLM_DONT_SHOW_FEEDBACK_BOX", "true")
 os.environ.setdefault("AGENTOPS_LOG_LEVEL", "ERROR")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.integration.sum_checks import CONTROL_MAX, SUMS_PASS, TEST_ITEMS, run_sum_check
+from tests.integration.sum_checks import BATCHES, CONTROL_MAX, SUMS_PASS, TEST_ITEMS, run_sum_check
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kinds", default="check,control", help="check, control or both (comma-separated)")
     parser.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated run seeds")
+    parser.add_argument("--eval-every", type=int, default=None, help="evaluate every N batches too")
     args = parser.parse_args()
     kinds, seeds = args.kinds.split(","), [int(s) for s in args.seeds.split(",")]
-    print(f"| run | seed | held-out sums before | after (of {TEST_ITEMS}) | train first -> last batch | wall |")
-    print("|---|---|---|---|---|---|", flush=True)
+    print(
+        f"| run | seed | held-out sums before | after (of {TEST_ITEMS}) | train first -> last batch | wall "
+        "| sums at (batch: right) |"
+    )
+    print("|---|---|---|---|---|---|---|", flush=True)
     finals: dict[str, list[int]] = {}
     for kind in kinds:
         for seed in seeds:
             start = time.monotonic()
             with tempfile.TemporaryDirectory(prefix=f"sums-{kind}-{seed}-") as directory:
-                outcome = asyncio.run(run_sum_check(Path(directory), seed, control=kind == "control"))
+                outcome = asyncio.run(
+                    run_sum_check(
+                        Path(directory), seed, control=kind == "control", eval_every=args.eval_every or BATCHES
+                    )
+                )
             seconds = time.monotonic() - start
             finals.setdefault(kind, []).append(outcome.after)
             print(
                 f"| {kind} | {seed} | {outcome.before} | {outcome.after} | "
-                f"{outcome.train_first:.2f} -> {outcome.train_last:.2f} | {seconds:.0f} s |",
+                f"{outcome.train_first:.2f} -> {outcome.train_last:.2f} | {seconds:.0f} s | "
+                + ", ".join(f"{batch}: {right}" for batch, right in outcome.along)
+                + " |",
                 flush=True,
             )
     print()

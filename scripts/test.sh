@@ -17,7 +17,7 @@ if ! command -v faketime >/dev/null; then
 fi
 .venv/bin/ruff check domain ports adapters app tests bench examples
 .venv/bin/mypy domain ports app
-# -rsx: name every skipped and xfailed test with its reason.
+# -rsx: name every skipped and xfailed test with its reason; --durations: the slowest tests, where the time goes.
 # Two test processes (pytest-xdist), each taking whole modules so a module's server or model is built once;
 # most tests wait on child processes, so two keep both cores busy. AGL_TINKER_TEST_WORKERS=0: one process.
-.venv/bin/python -m pytest -q -rsx -n "${AGL_TINKER_TEST_WORKERS:-2}" --dist loadfile "$@"
+.venv/bin/python -m pytest -q -rsx --durations=15 -n "${AGL_TINKER_TEST_WORKERS:-2}" --dist loadfile "$@"

@@ -22,6 +22,7 @@ import torch
 from safetensors.torch import load_model as load_safetensors
 from safetensors.torch import save_model as save_safetensors
 
+from adapters.local.allocator import release_large_blocks
 from adapters.local.losses import build_inputs, token_losses
 from adapters.local.model_io import add_lora, frozen_copy, load_model, load_tokenizer
 from adapters.local.sampler import LocalSampler
@@ -54,18 +55,26 @@ class LocalTrainer:
         num_threads: int | None = None,
         max_batch_rows: int = 64,
         tokens_per_chunk: int = 16384,
+        logits_per_chunk: int = 1 << 25,
     ) -> None:
-        """Load ``model_path`` (local directory). Checkpoints go to ``checkpoint_dir`` (a temp dir if unset)."""
+        """Load ``model_path`` (local directory). Checkpoints go to ``checkpoint_dir`` (a temp dir if unset).
+
+        A forward over many sequences runs in chunks of at most ``tokens_per_chunk`` tokens, fewer where the
+        vocabulary is large: at most ``logits_per_chunk`` logits (the backward keeps several copies of them, and
+        every layer's activations, for a whole chunk; a real model's 49 K-token vocabulary at 16 K tokens would
+        hold gigabytes)."""
         self._path = Path(model_path)
         self._dtype = dtype
         self._lora_rank = lora_rank
         self._seed = seed
         self._checkpoint_dir = Path(checkpoint_dir or tempfile.mkdtemp(prefix="local-trainer-"))
         self._max_batch_rows = max_batch_rows
-        self._tokens_per_chunk = tokens_per_chunk
+        release_large_blocks()
         self._worker = TorchWorker(num_threads)
         self._tokenizer = load_tokenizer(self._path)
         model = load_model(self._path, dtype)
+        vocab = int(model.config.vocab_size)
+        self._tokens_per_chunk = max(1, min(tokens_per_chunk, logits_per_chunk // vocab))
         if lora_rank > 0:
             model = add_lora(model, lora_rank, seed, unembed=train_unembed)
         # Dropout stays off (eval mode) so training-forward logprobs equal the sampler's; gradients still flow.
@@ -85,6 +94,11 @@ class LocalTrainer:
     def tokenizer_path(self) -> str:
         """Where the tokenizer lives, for ``tinker_cookbook.tokenizer_utils.get_tokenizer``."""
         return str(self._path)
+
+    @property
+    def tokens_per_chunk(self) -> int:
+        """The most tokens one training forward takes (a batch beyond it runs in several, exactly)."""
+        return self._tokens_per_chunk
 
     @property
     def model(self) -> PreTrainedModel:

@@ -1,8 +1,8 @@
 """Agents the learning checks train, written as users write them (``openai`` client, the tools API), and their tasks.
 
 Every check's task carries its answer in the prompt: a digit between two filler words ("maybe 7 thanks" -> "7"),
-once graded on a second turn, once pressed through a tool call. A policy learns the mapping (find the digit and
-say it), not one reply: a constant reply scores 0.1 on the balanced test sets. Training and test items are
+once two items on one chat (each turn graded), once pressed through a tool call. A policy learns the mapping (find
+the digit and say it), not one reply: a constant reply scores 0.1 on the balanced test sets. Training and test items are
 disjoint (no test prompt is ever trained on), so a rise in the test reward is a rule that generalises, not items
 remembered. ``coin_agent`` is the negative control: the same task with a reward that does not depend on the reply.
 """
@@ -20,7 +20,6 @@ FILLERS = ("hello", "answer", "number", "guess", "higher", "lower", "tool", "cal
 FILLERS += ("result", "think", "yes", "no", "maybe", "done", "thanks", "the")
 """Words around the digit: chat words the tiny model's tokenizer was built from, none a number."""
 DOORS = ("front", "back", "red", "blue", "green", "garden", "kitchen", "cellar", "office", "garage")
-AGAIN = "again"
 SPLIT_SEED = 1234
 """Fixes which items are test items; the same for every run seed, so seeds vary training, not the split."""
 
@@ -72,16 +71,17 @@ async def coin_agent(task: dict[str, Any], llm: agl.LLM) -> float:
 
 
 @agl.rollout
-async def second_turn_agent(task: dict[str, str], llm: agl.LLM) -> float:
-    """The item's text, a first reply nobody grades, then "again": only the second reply is graded, against the
-    digit of the first prompt, which the policy must carry across the ungraded turn."""
+async def two_items_agent(task: dict[str, str], llm: agl.LLM) -> float:
+    """Two items on one chat: the first item's text, the policy's reply, then the second item's text and a second
+    reply. Each reply that is its own item's digit scores half; both turns train as one datum."""
     client = AsyncOpenAI(base_url=llm.endpoint, api_key="dummy")
     messages: list[Any] = [{"role": "user", "content": task["text"]}]
     first = await client.chat.completions.create(model=llm.model, messages=messages)
     messages += [{"role": "assistant", "content": first.choices[0].message.content or ""}]
-    messages += [{"role": "user", "content": AGAIN}]
+    messages += [{"role": "user", "content": task["then_text"]}]
     second = await client.chat.completions.create(model=llm.model, messages=messages)
-    return _digit_reward(second.choices[0].message.content, task["digit"])
+    first_reward = _digit_reward(first.choices[0].message.content, task["digit"])
+    return (first_reward + _digit_reward(second.choices[0].message.content, task["then_digit"])) / 2
 
 
 PRESS = {
@@ -131,18 +131,28 @@ def digit_format_chats(items: list[dict[str, str]], n: int, seed: int) -> list[C
     return chats
 
 
-def two_turn_format_chats(items: list[dict[str, str]], n: int, seed: int) -> list[Chat]:
-    """Warm-start chats of the second-turn game's format, never its answer: random digits in both turns."""
+def two_item_tasks(items: list[dict[str, str]]) -> list[dict[str, str]]:
+    """Each item once first and once second in a two-item task, its partner about half the list away (a digit
+    other than its own where the items are sorted by digit); the tasks stay balanced over the digits."""
+    shift = len(items) // 2 + 1
+    return [
+        {**item, "then_text": partner["text"], "then_digit": partner["digit"]}
+        for item, partner in zip(items, items[shift:] + items[:shift], strict=True)
+    ]
+
+
+def two_item_format_chats(tasks: list[dict[str, str]], n: int, seed: int) -> list[Chat]:
+    """Warm-start chats of the two-item format, never its answers: a random digit after each text."""
     rng = random.Random(seed)
     chats = []
     for _ in range(n):
-        item, first, second = rng.choice(items), str(rng.randrange(10)), str(rng.randrange(10))
+        task = rng.choice(tasks)
         chats.append(
             [
-                {"role": "user", "content": item["text"]},
-                {"role": "assistant", "content": first},
-                {"role": "user", "content": AGAIN},
-                {"role": "assistant", "content": second},
+                {"role": "user", "content": task["text"]},
+                {"role": "assistant", "content": str(rng.randrange(10))},
+                {"role": "user", "content": task["then_text"]},
+                {"role": "assistant", "content": str(rng.randrange(10))},
             ]
         )
     return chats

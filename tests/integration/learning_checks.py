@@ -45,9 +45,10 @@ def coin_files(renderer: Renderer, seed: int) -> Files:
     return Files([{**task, "coin": True} for task in files.train], files.test, files.warm)
 
 
-def second_turn_files(_renderer: Renderer, seed: int) -> Files:
-    train, test = la.digit_items()
-    return Files(list(train), test, la.two_turn_format_chats(train, 256, seed))
+def two_item_files(_renderer: Renderer, seed: int) -> Files:
+    """The single-turn items two to a task (held out stays held out), and warm-start chats of that format."""
+    train, test = (la.two_item_tasks(items) for items in la.digit_items())
+    return Files(list(train), test, la.two_item_format_chats(train, 256, seed))
 
 
 def keypad_files(renderer: Renderer, seed: int) -> Files:
@@ -79,7 +80,8 @@ SINGLE = Check(f"{AGENTS}:find_digit_agent", 40, digit_files, 0.5)
 CHECKS = {
     "single-turn": SINGLE,
     "control": Check(f"{AGENTS}:coin_agent", SINGLE.batches, coin_files, 0.3, control=True),
-    "multi-turn": Check(f"{AGENTS}:second_turn_agent", 30, second_turn_files, 0.5),
+    # Two items a task, both turns graded: learned in 1 of 3 seeds (bench/README.md), so not in the suite yet.
+    "multi-turn": Check(f"{AGENTS}:two_items_agent", 60, two_item_files, 0.5),
     # A 32-token call after the ~330-token tools prompt: a rate of 1e-2 broke the call format within two batches.
     "tool-call": Check(
         f"{AGENTS}:keypad_agent",
@@ -106,7 +108,7 @@ def write_jsonl(path: Path, records: list[object]) -> Path:
     return path
 
 
-def check_config(name: str, seed: int, directory: Path, renderer: Renderer) -> TrainConfig:
+def check_config(name: str, seed: int, directory: Path, renderer: Renderer, extra: tuple[str, ...] = ()) -> TrainConfig:
     check = CHECKS[name]
     files = check.files(renderer, seed)
     tasks = write_jsonl(directory / "tasks.jsonl", list(files.train))
@@ -126,6 +128,7 @@ def check_config(name: str, seed: int, directory: Path, renderer: Renderer) -> T
         "rollout_timeout_s=120",
         *BASE,
         *check.overrides,
+        *extra,
     ]
     return load_config(None, overrides).unwrap()
 
@@ -146,16 +149,16 @@ class Outcome:
     train_last: float
 
 
-async def run_check(name: str, seed: int, directory: Path, renderer: Renderer) -> Outcome:
-    """Train the check at ``seed`` in ``directory``; its greedy test reward before and after, and its training
-    reward in the first and last batch."""
+async def run_check(name: str, seed: int, directory: Path, renderer: Renderer, extra: tuple[str, ...] = ()) -> Outcome:
+    """Train the check at ``seed`` in ``directory`` (``extra``: settings tried over the check's own); its greedy
+    test reward before and after, and its training reward in the first and last batch."""
     from tests.support.runs import batch_lines
 
-    config = check_config(name, seed, directory, renderer)
+    config = check_config(name, seed, directory, renderer, extra)
     summary = await train(config)
     lines = batch_lines(Path(config.log_path))
-    if len(lines) != CHECKS[name].batches:
-        raise AssertionError(f"{name}: {len(lines)} batches logged, not {CHECKS[name].batches}")
+    if len(lines) != config.max_batches:
+        raise AssertionError(f"{name}: {len(lines)} batches logged, not {config.max_batches}")
     if summary.reward_before is None or summary.reward_after is None:
         raise AssertionError(f"{name}: no test reward before or after")
     rewards = [float(line["env/all/reward/total"]) for line in lines]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from app.config import load_config
 from app.launch import train
-from tests.support.runs import ROOT, batch_lines
+from tests.support.runs import ROOT, batch_lines, metrics_lines
 
 ARITHMETIC = ROOT / "examples" / "arithmetic"
 BATCHES = 6
@@ -34,9 +34,11 @@ class SumOutcome:
     after: int
     train_first: float
     train_last: float
+    along: tuple[tuple[int, int], ...] = ()
+    """(batches trained, held-out sums right) at every evaluation, the first and last included."""
 
 
-def sum_overrides(directory: Path, seed: int, control: bool) -> list[str]:
+def sum_overrides(directory: Path, seed: int, control: bool, eval_every: int = BATCHES) -> list[str]:
     tasks = ARITHMETIC / "tasks.jsonl"
     agent = "examples.arithmetic.agent:sum_agent"
     if control:
@@ -57,7 +59,7 @@ def sum_overrides(directory: Path, seed: int, control: bool) -> list[str]:
         "warm_start.steps=0",
         "batch_size=4",
         f"max_batches={BATCHES}",
-        f"eval_every={BATCHES}",
+        f"eval_every={eval_every}",
         "save_every=0",
         "transcripts=false",
         f"seed={seed}",
@@ -66,8 +68,9 @@ def sum_overrides(directory: Path, seed: int, control: bool) -> list[str]:
     ]
 
 
-async def run_sum_check(directory: Path, seed: int, control: bool) -> SumOutcome:
-    config = load_config(None, sum_overrides(directory, seed, control)).unwrap()
+async def run_sum_check(directory: Path, seed: int, control: bool, eval_every: int = BATCHES) -> SumOutcome:
+    """Train the check (or its control) at ``seed`` in ``directory``, evaluating every ``eval_every`` batches."""
+    config = load_config(None, sum_overrides(directory, seed, control, eval_every)).unwrap()
     summary = await train(config)
     lines = batch_lines(Path(config.log_path))
     if len(lines) != BATCHES:
@@ -76,4 +79,9 @@ async def run_sum_check(directory: Path, seed: int, control: bool) -> SumOutcome
         raise AssertionError("no test reward before or after")
     rewards = [float(line["env/all/reward/total"]) for line in lines]
     before, after = round(summary.reward_before * TEST_ITEMS), round(summary.reward_after * TEST_ITEMS)
-    return SumOutcome(before, after, rewards[0], rewards[-1])
+    along = tuple(
+        (int(line["step"]), round(float(line["test/env/all/reward/total"]) * TEST_ITEMS))
+        for line in metrics_lines(Path(config.log_path))
+        if "test/env/all/reward/total" in line
+    )
+    return SumOutcome(before, after, rewards[0], rewards[-1], along)

@@ -319,6 +319,29 @@ async def test_forward_backward_accumulates_until_optim_step(trainer: LocalTrain
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(doubled, twice, strict=True))
 
 
+async def test_a_batch_split_by_its_logits_budget_gives_the_one_chunk_loss_and_gradient(tiny_model: Path) -> None:
+    """A large vocabulary splits a batch into chunks of few logits each (memory); the loss is a sum, so the
+    split changes neither the loss, the logprobs nor the gradient."""
+    data = []
+    for n in (7, 12, 9, 15):
+        ids = tuple(range(20 + n, 20 + 2 * n))
+        data.append(TrainingDatum(model_input=ids[:-1], target_tokens=ids[1:], weights=(1.0,) * (len(ids) - 1)))
+    vocab = int(LocalTrainer(tiny_model).model.config.vocab_size)
+    outputs, grads = [], []
+    for budget in (1 << 40, vocab * 16):  # one chunk; chunks of at most 16 tokens (one datum each, here)
+        trainer = LocalTrainer(tiny_model, logits_per_chunk=budget)
+        assert trainer.tokens_per_chunk == (16384 if budget > vocab * 16 else 16)
+        outputs.append(await trainer.forward_backward(data, LossName.CROSS_ENTROPY))
+        grads.append([p.grad.clone() for p in trainer.trainable_parameters if p.grad is not None])
+        trainer.close()
+    (whole, split), (whole_grads, split_grads) = outputs, grads
+    assert split.metrics["loss:sum"] == pytest.approx(whole.metrics["loss:sum"], rel=1e-5)
+    for a, b in zip(whole.logprobs_D, split.logprobs_D, strict=True):
+        assert a == pytest.approx(b, rel=1e-5, abs=1e-6)
+    assert len(whole_grads) == len(split_grads) > 0
+    assert all(torch.allclose(a, b, rtol=1e-4, atol=1e-6) for a, b in zip(whole_grads, split_grads, strict=True))
+
+
 async def test_cross_entropy_warm_start_lowers_the_loss(trainer: LocalTrainer) -> None:
     prompt = chat_prompt(trainer, "How old are you?")
     reply = list(trainer.tokenizer.encode("I'm twenty.<|im_end|>", add_special_tokens=False))
