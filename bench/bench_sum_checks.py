@@ -5,9 +5,11 @@ markdown table: per run the held-out sums answered right greedily (of 75) before
 in the first and last batch, and the wall time; then each kind's range against what the suite asserts.
 bench/README.md (the real-model checks per seed) keeps the table the bounds were chosen from.
 
-    .venv/bin/python bench/bench_sum_checks.py [--kinds check,control] [--seeds 0,1,2,3,4] [--eval-every 2]
+    .venv/bin/python bench/bench_sum_checks.py [--kinds check,control] [--seeds 0,1,2,3,4]
+        [--eval-every 2] [--batches 6]
 
-``--eval-every N`` also evaluates every N batches and prints the held-out sums at each evaluation.
+``--eval-every N`` also evaluates every N batches and prints the held-out sums at each evaluation; ``--batches``
+trains that many instead of the suite's.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ def main() -> None:
     parser.add_argument("--kinds", default="check,control", help="check, control or both (comma-separated)")
     parser.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated run seeds")
     parser.add_argument("--eval-every", type=int, default=None, help="evaluate every N batches too")
+    parser.add_argument("--batches", type=int, default=BATCHES, help="batches to train (default: the suite's)")
     args = parser.parse_args()
     kinds, seeds = args.kinds.split(","), [int(s) for s in args.seeds.split(",")]
     print(
@@ -48,7 +51,11 @@ def main() -> None:
             with tempfile.TemporaryDirectory(prefix=f"sums-{kind}-{seed}-") as directory:
                 outcome = asyncio.run(
                     run_sum_check(
-                        Path(directory), seed, control=kind == "control", eval_every=args.eval_every or BATCHES
+                        Path(directory),
+                        seed,
+                        control=kind == "control",
+                        eval_every=args.eval_every or args.batches,
+                        batches=args.batches,
                     )
                 )
             seconds = time.monotonic() - start

@@ -38,7 +38,9 @@ class SumOutcome:
     """(batches trained, held-out sums right) at every evaluation, the first and last included."""
 
 
-def sum_overrides(directory: Path, seed: int, control: bool, eval_every: int = BATCHES) -> list[str]:
+def sum_overrides(
+    directory: Path, seed: int, control: bool, eval_every: int = BATCHES, batches: int = BATCHES
+) -> list[str]:
     tasks = ARITHMETIC / "tasks.jsonl"
     agent = "examples.arithmetic.agent:sum_agent"
     if control:
@@ -58,7 +60,7 @@ def sum_overrides(directory: Path, seed: int, control: bool, eval_every: int = B
         "max_tokens=16",
         "warm_start.steps=0",
         "batch_size=4",
-        f"max_batches={BATCHES}",
+        f"max_batches={batches}",
         f"eval_every={eval_every}",
         "save_every=0",
         "transcripts=false",
@@ -68,13 +70,16 @@ def sum_overrides(directory: Path, seed: int, control: bool, eval_every: int = B
     ]
 
 
-async def run_sum_check(directory: Path, seed: int, control: bool, eval_every: int = BATCHES) -> SumOutcome:
-    """Train the check (or its control) at ``seed`` in ``directory``, evaluating every ``eval_every`` batches."""
-    config = load_config(None, sum_overrides(directory, seed, control, eval_every)).unwrap()
+async def run_sum_check(
+    directory: Path, seed: int, control: bool, eval_every: int = BATCHES, batches: int = BATCHES
+) -> SumOutcome:
+    """Train the check (or its control) at ``seed`` in ``directory`` for ``batches`` batches, evaluating every
+    ``eval_every``."""
+    config = load_config(None, sum_overrides(directory, seed, control, eval_every, batches)).unwrap()
     summary = await train(config)
     lines = batch_lines(Path(config.log_path))
-    if len(lines) != BATCHES:
-        raise AssertionError(f"{len(lines)} batches logged, not {BATCHES}")
+    if len(lines) != batches:
+        raise AssertionError(f"{len(lines)} batches logged, not {batches}")
     if summary.reward_before is None or summary.reward_after is None:
         raise AssertionError("no test reward before or after")
     rewards = [float(line["env/all/reward/total"]) for line in lines]
