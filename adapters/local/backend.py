@@ -57,7 +57,8 @@ class LocalTrainer:
         tokens_per_chunk: int = 16384,
         logits_per_chunk: int = 1 << 25,
     ) -> None:
-        """Load ``model_path`` (local directory). Checkpoints go to ``checkpoint_dir`` (a temp dir if unset).
+        """Load ``model_path`` (local directory). Checkpoints go to ``checkpoint_dir`` (unset: a temp dir made at
+        the first save).
 
         A forward over many sequences runs in chunks of at most ``tokens_per_chunk`` tokens, fewer where the
         vocabulary is large: at most ``logits_per_chunk`` logits (the backward keeps several copies of them, and
@@ -67,7 +68,7 @@ class LocalTrainer:
         self._dtype = dtype
         self._lora_rank = lora_rank
         self._seed = seed
-        self._checkpoint_dir = Path(checkpoint_dir or tempfile.mkdtemp(prefix="local-trainer-"))
+        self._checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
         self._max_batch_rows = max_batch_rows
         release_large_blocks()
         self._worker = TorchWorker(num_threads)
@@ -227,6 +228,8 @@ class LocalTrainer:
         }
 
     def _save(self, name: str) -> str:
+        if self._checkpoint_dir is None:
+            self._checkpoint_dir = Path(tempfile.mkdtemp(prefix="local-trainer-"))
         out = self._checkpoint_dir / name
         out.mkdir(parents=True, exist_ok=True)
         save_safetensors(self._model, str(out / _WEIGHTS))
