@@ -34,3 +34,15 @@ def test_no_warm_start_chat_holds_a_test_prompt_and_only_the_control_trains_on_a
     held_out = prompts(files.test)
     assert all(m["content"] not in held_out for chat in files.warm for m in chat if m["role"] == "user")
     assert all(bool(task.get("coin")) == CHECKS[name].control for task in files.train)
+
+
+def test_two_item_tasks_ask_each_item_once_first_and_once_second_with_another_digit() -> None:
+    for items in la.digit_items():
+        tasks = la.two_item_tasks(items)
+        assert (
+            Counter(t["text"] for t in tasks)
+            == Counter(t["then_text"] for t in tasks)
+            == Counter(i["text"] for i in items)
+        )
+        assert all(t["digit"] != t["then_digit"] for t in tasks)
+        assert all(t["then_digit"] in t["then_text"] for t in tasks)
