@@ -3,8 +3,8 @@
 glibc's ``malloc`` serves a large block from its own mapping and gives it back on ``free``, but after each such
 free it raises the size it calls large, up to 32 MB. From then on the sampler's tensors (KV caches that grow a
 token at a time, rows joining and leaving a batch) come from the heap, whose freed pieces are rarely handed back:
-a real model's evaluation of 75 prompts through the endpoint held ~6 GB where 2.2 GB were in use. A fixed
-threshold turns the raising off, so freed tensors go back to the system.
+a real model's evaluation of 75 prompts through the endpoint held ~6 GB, and 2.2 GB with the threshold fixed. A
+fixed threshold turns the raising off, so freed tensors go back to the system.
 """
 
 from __future__ import annotations
