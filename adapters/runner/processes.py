@@ -27,6 +27,7 @@ import importlib
 import inspect
 import logging
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -500,6 +501,17 @@ def store_worker_id(worker_id: int) -> str:
     return f"Worker-{worker_id}"
 
 
+REMOTE_ID_BLOCK = 1000
+"""Worker ids each ``agl-tinker runner`` command owns: its processes and their respawns."""
+
+
+def remote_first_worker_id() -> int:
+    """A first worker id for a pool that attaches to someone else's store (``agl-tinker runner``): a random block
+    of ``REMOTE_ID_BLOCK`` ids above the trainer's own pool (0 up), so runners started on several machines, or
+    beside the trainer's, register as distinct workers (two commands share a block with chance 1 in 10^6)."""
+    return secrets.randbelow(10**6) * REMOTE_ID_BLOCK + REMOTE_ID_BLOCK
+
+
 @dataclass(slots=True)
 class _Slot:
     """One runner position: its current process and its recent crashes."""
@@ -534,8 +546,13 @@ class RunnerProcesses:
         max_backoff_s: float = 30.0,
         check_interval_s: float = 0.1,
         python: str | None = None,
+        first_worker_id: int = 0,
     ) -> None:
         """``token``: the store's shared secret (``adapters.agl.auth``), handed to the children in memory.
+
+        ``first_worker_id``: the store worker id of the first process (``Worker-<id>``; the others and respawns
+        count up from it). Pools that share a store need ranges of their own (``remote_first_worker_id``), or one
+        pool's dead worker would end the other's rollouts and one's heartbeats would hide the other's silence.
 
         ``concurrency``: rollouts each process runs at once (``None``: the stock one-at-a-time ``LitAgentRunner``).
         ``python``: the interpreter the runners run under (default this one): an agent's own environment, with
@@ -563,8 +580,11 @@ class RunnerProcesses:
         self._concurrency = concurrency
         self._max_crashes, self._crash_window_s = max_crashes, crash_window_s
         self._backoff_s, self._max_backoff_s, self._check_interval_s = backoff_s, max_backoff_s, check_interval_s
-        self._slots = [_Slot(self._process(worker_id), worker_id) for worker_id in range(n)]
-        self._next_worker_id = n
+        if first_worker_id < 0:
+            raise ValueError(f"first_worker_id must not be negative, got {first_worker_id}")
+        ids = range(first_worker_id, first_worker_id + n)
+        self._slots = [_Slot(self._process(worker_id), worker_id) for worker_id in ids]
+        self._next_worker_id = first_worker_id + n
         self._lock = threading.Lock()
         self._errors_lock = threading.Lock()
         self._dead: set[str] = set()

@@ -21,7 +21,7 @@ from adapters.agl.server import project_store_server
 from adapters.endpoint.policy_endpoint import EndpointError, is_loopback
 from adapters.files.run_log import CHECKPOINTS_FILE, last_checkpoint
 from adapters.runner.env_check import check_runner_python
-from adapters.runner.processes import RunnerProcesses
+from adapters.runner.processes import RunnerProcesses, remote_first_worker_id
 from adapters.tinker.backend import TinkerError
 from app.config import TrainConfig
 from app.faces.report import write_report, write_transcript_index
@@ -245,7 +245,13 @@ def serve_runners(agent: str, store_url: str, n: int, concurrency: int | None, p
             return _fail(LaunchError(checked.failure()))
     try:
         runners = RunnerProcesses(
-            agent, store_url, n, token=store_token(generate=False), concurrency=concurrency, python=python
+            agent,
+            store_url,
+            n,
+            token=store_token(generate=False),
+            concurrency=concurrency,
+            python=python,
+            first_worker_id=remote_first_worker_id(),
         )
     except ValueError as error:
         return _fail(error)
