@@ -22,7 +22,7 @@ from app.config import load_config
 from app.launch import train
 from tests.integration.training_agents import FIRST_TURN_REWARDS, SECOND_TURN_REWARDS
 from tests.support.cli import ROOT, cli_env
-from tests.support.processes import stop
+from tests.support.processes import stop, stop_group
 from tests.support.runs import batch_lines
 from tests.support.stores import free_port, store_process, wait_healthy
 from tests.support.waits import until
@@ -51,7 +51,11 @@ async def test_every_reward_reaches_its_call_whatever_each_runners_clock(tmp_pat
             command = [str(FAKETIME), "-f", shift, sys.executable, "-m", "app.faces.cli", "runner", "--store", url]
             runners.append(
                 subprocess.Popen(
-                    [*command, "-n", "1", "--concurrency", "1", "--agent", AGENT], cwd=ROOT, env=cli_env(), text=True
+                    [*command, "-n", "1", "--concurrency", "1", "--agent", AGENT],
+                    cwd=ROOT,
+                    env=cli_env(),
+                    text=True,
+                    start_new_session=True,  # faketime passes no signal on: stopped as a group
                 )
             )
 
@@ -82,5 +86,6 @@ async def test_every_reward_reaches_its_call_whatever_each_runners_clock(tmp_pat
         assert len(workers) == len(SHIFTS), f"not every clock served the run: {workers}"
     finally:
         await client.close()
-        for process in (*runners, store):
-            stop(process)
+        for runner in runners:
+            stop_group(runner)
+        stop(store)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -25,6 +26,16 @@ def stop(
         else:
             process.kill()
         process.wait(10)
+
+
+def stop_group(process: subprocess.Popen[str] | subprocess.Popen[bytes] | None, timeout_s: float = 30.0) -> None:
+    """SIGINT to the session ``process`` leads (``start_new_session=True``), then ``stop`` it and kill the group if
+    need be: a wrapper such as ``faketime`` waits for the program it starts without passing signals on."""
+    if process is None or process.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGINT)
+    stop(process, timeout_s=timeout_s, group=True)
 
 
 def alive(pid: int) -> bool:
