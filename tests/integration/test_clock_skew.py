@@ -34,7 +34,8 @@ pytestmark = pytest.mark.skipif(
 AGENT = "tests.integration.training_agents:rewarded_each_turn_agent"
 
 
-SHIFTS = {"-0.05s": "50 ms behind", "-3s": "3 s behind", "+3s": "3 s ahead"}
+SHIFTS = ("-0.05s", "-3s", "+3s")
+"""Each runner's clock against the trainer's (faketime -f): 50 ms behind, 3 s behind, 3 s ahead."""
 
 
 async def test_every_reward_reaches_its_call_whatever_each_runners_clock(tmp_path: Path) -> None:
