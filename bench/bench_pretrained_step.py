@@ -8,14 +8,17 @@ concurrent requests, continuous batching, each distinct prompt prefilled once) a
 the training step (``forward_backward`` with importance sampling + ``optim_step``) over the 32 sequences and the
 publication of the next sampler (a merged copy of the weights), and the whole step's seconds. Usage:
 ``python bench/bench_pretrained_step.py [--tokens 16] [--rank 32] [--repeats 2] [--threads N]
-[--logits-per-chunk N] [--dtype bfloat16]`` (``--logits-per-chunk``: the training forward's chunk budget,
-``1099511627776`` for the whole batch in one chunk; ``--dtype``: the weights' dtype, float32 by default).
+[--logits-per-chunk N] [--dtype bfloat16] [--no-shared-prefix]`` (``--logits-per-chunk``: the training forward's
+chunk budget, ``1099511627776`` for the whole batch in one chunk; ``--dtype``: the weights' dtype, float32 by
+default; ``--no-shared-prefix``: run each group's prompt once per reply in the training forward, as before the
+trainer ran a shared prefix once).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import resource
 import sys
@@ -109,19 +112,23 @@ async def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: the backend's own)")
     parser.add_argument("--logits-per-chunk", type=int, default=None, help="the backend's chunk budget (default)")
     parser.add_argument("--dtype", default="float32", help="the weights' dtype (float32, bfloat16)")
+    parser.add_argument("--no-shared-prefix", action="store_true", help="train without running prompts once")
     args = parser.parse_args()
     register_smollm2_renderer()
     path = pretrained_model_dir("smollm2-135m-instruct")
     renderer = get_renderer(SMOLLM2_RENDERER, get_tokenizer(str(path)))
     prompts = [renderer.build_generation_prompt([{"role": "user", "content": q}]).to_ints() for q in QUESTIONS]
-    chunking = {} if args.logits_per_chunk is None else {"logits_per_chunk": args.logits_per_chunk}
+    chunking: dict[str, float] = {} if args.logits_per_chunk is None else {"logits_per_chunk": args.logits_per_chunk}
+    if args.no_shared_prefix:
+        chunking["shared_prefix_min_work"] = math.inf
     trainer = LocalTrainer(
         path, lora_rank=args.rank, num_threads=args.threads, dtype=getattr(torch, args.dtype), **chunking
     )
     print(
         f"SmolLM2-135M-Instruct, LoRA rank {args.rank}, 32 rollouts (4 prompts of {len(prompts[0])} tokens x 8), "
         f"{args.tokens} tokens each, torch threads {torch.get_num_threads()}, load {os.getloadavg()[0]:.1f}, "
-        f"training chunks of at most {trainer.tokens_per_chunk} tokens"
+        f"training chunks of at most {trainer.tokens_per_chunk} tokens, "
+        f"shared prefixes {'off' if args.no_shared_prefix else 'on'}"
     )
     for repeat in range(args.repeats):
         baseline = generate_baseline(trainer, prompts, args.tokens)

@@ -21,10 +21,12 @@ from typing import TYPE_CHECKING, cast
 import torch
 from safetensors.torch import load_model as load_safetensors
 from safetensors.torch import save_model as save_safetensors
+from transformers.cache_utils import DynamicLayer
 
 from adapters.local.allocator import release_large_blocks
 from adapters.local.losses import build_inputs, token_losses
 from adapters.local.model_io import add_lora, frozen_copy, load_model, load_tokenizer
+from adapters.local.prefix_groups import prefix_groups
 from adapters.local.sampler import LocalSampler
 from adapters.local.worker import TorchWorker
 from ports.policy import AdamParams, ForwardBackwardOutput, LossName, TrainingDatum
@@ -37,6 +39,11 @@ if TYPE_CHECKING:
 _WEIGHTS = "weights.safetensors"
 _OPTIMIZER = "optimizer.pt"
 _META = "state.json"
+
+SHARED_PREFIX_MIN_WORK = 10**10
+"""A prefix is run once for its group when the tokens it spares times the model's parameters reach this: about
+75 tokens on a 135 M-parameter model (a GRPO group's prompt), never on the ~120 K-parameter tiny one, whose
+every extra forward call costs more than the tokens it spares."""
 
 
 class LocalTrainer:
@@ -56,6 +63,7 @@ class LocalTrainer:
         max_batch_rows: int = 64,
         tokens_per_chunk: int = 16384,
         logits_per_chunk: int = 1 << 25,
+        shared_prefix_min_work: float = SHARED_PREFIX_MIN_WORK,
     ) -> None:
         """Load ``model_path`` (local directory). Checkpoints go to ``checkpoint_dir`` (unset: a temp dir made at
         the first save).
@@ -63,7 +71,9 @@ class LocalTrainer:
         A forward over many sequences runs in chunks of at most ``tokens_per_chunk`` tokens, fewer where the
         vocabulary is large: at most ``logits_per_chunk`` logits (the backward keeps several copies of them, and
         every layer's activations, for a whole chunk; a real model's 49 K-token vocabulary at 16 K tokens would
-        hold gigabytes)."""
+        hold gigabytes). Sequences that share a long prefix (a group's prompt) run it once
+        (``adapters.local.prefix_groups``) where the work spared, tokens times parameters, reaches
+        ``shared_prefix_min_work``: the same logprobs and gradients for fewer tokens."""
         self._path = Path(model_path)
         self._dtype = dtype
         self._lora_rank = lora_rank
@@ -82,6 +92,8 @@ class LocalTrainer:
         cast(torch.nn.Module, model).eval()
         self._model = model
         self._params = [p for p in model.parameters() if p.requires_grad]
+        self._parameter_count = sum(p.numel() for p in model.parameters())
+        self._shared_prefix_min_work = shared_prefix_min_work
         self._optimizer = torch.optim.AdamW(self._params, lr=AdamParams().learning_rate)
         self._steps = 0
         pad = self._tokenizer.pad_token_id
@@ -153,11 +165,17 @@ class LocalTrainer:
     def _forward(self, data: list[TrainingDatum], loss: LossName, backward: bool) -> ForwardBackwardOutput:
         if not data:
             return ForwardBackwardOutput(logprobs_D=(), metrics={"loss:sum": 0.0})
-        logprobs_D: list[tuple[float, ...]] = []
+        if any(not d.model_input for d in data):
+            raise ValueError("datum model_input must not be empty")
+        logprobs_D: list[tuple[float, ...]] = [()] * len(data)
         total = 0.0
-        for chunk in self._chunks(data):
+        for indices, prefix in self._batches(data):
+            chunk = [data[i] for i in indices]
             with torch.set_grad_enabled(backward):
-                target_logprobs = self._target_logprobs(chunk)
+                if prefix:
+                    target_logprobs = self._shared_prefix_target_logprobs(chunk, prefix)
+                else:
+                    target_logprobs = self._target_logprobs(chunk)
                 inputs = build_inputs(chunk, loss, target_logprobs.dtype)
                 target_logprobs = target_logprobs * inputs.valid
                 chunk_loss = token_losses(loss, target_logprobs, inputs).sum()
@@ -165,21 +183,76 @@ class LocalTrainer:
                 torch.autograd.backward(chunk_loss)
             total += float(chunk_loss.detach())
             rows = target_logprobs.detach().tolist()
-            logprobs_D.extend(tuple(row[: len(d.model_input)]) for d, row in zip(chunk, rows, strict=True))
+            for i, d, row in zip(indices, chunk, rows, strict=True):
+                logprobs_D[i] = tuple(row[: len(d.model_input)])
         return ForwardBackwardOutput(logprobs_D=tuple(logprobs_D), metrics={"loss:sum": total})
 
-    def _chunks(self, data: list[TrainingDatum]) -> list[list[TrainingDatum]]:
+    def _batches(self, data: list[TrainingDatum]) -> list[tuple[list[int], int]]:
+        """The forward passes over ``data``: (indices, shared prefix length), 0 for a plain padded batch."""
+        batches: list[tuple[list[int], int]] = []
+        plain: list[int] = []
+        for group in prefix_groups([d.model_input for d in data]):
+            if group.saved_tokens * self._parameter_count < self._shared_prefix_min_work:
+                plain.extend(group.members)
+                continue
+            # Pieces whose suffixes fit the chunk's token budget beside the prefix, each running the prefix again.
+            piece: list[int] = []
+            width = 0
+            for i in group.members:
+                new_width = max(width, len(data[i].model_input) - group.prefix)
+                if piece and group.prefix + new_width * (len(piece) + 1) > self._tokens_per_chunk:
+                    batches.append((piece, group.prefix))
+                    piece, new_width = [], len(data[i].model_input) - group.prefix
+                piece.append(i)
+                width = new_width
+            batches.append((piece, group.prefix))
+        batches.extend((chunk, 0) for chunk in self._chunks(sorted(plain), data))
+        return batches
+
+    def _chunks(self, indices: list[int], data: list[TrainingDatum]) -> list[list[int]]:
         """Split into padded batches of at most ``tokens_per_chunk`` tokens (the loss is a sum, so exact)."""
-        chunks: list[list[TrainingDatum]] = [[]]
+        chunks: list[list[int]] = []
         width = 0
-        for d in data:
-            new_width = max(width, len(d.model_input))
-            if chunks[-1] and new_width * (len(chunks[-1]) + 1) > self._tokens_per_chunk:
+        for i in indices:
+            new_width = max(width, len(data[i].model_input))
+            if not chunks or new_width * (len(chunks[-1]) + 1) > self._tokens_per_chunk:
                 chunks.append([])
-                new_width = len(d.model_input)
-            chunks[-1].append(d)
+                new_width = len(data[i].model_input)
+            chunks[-1].append(i)
             width = new_width
         return chunks
+
+    def _shared_prefix_target_logprobs(self, data: list[TrainingDatum], prefix: int) -> torch.Tensor:
+        """As ``_target_logprobs``, the first ``prefix`` tokens (the same in every datum) run once: their KV cache,
+        expanded to the batch, is what the suffixes attend to, and gradients flow back through it."""
+        first = torch.tensor(data[0].model_input[:prefix], dtype=torch.long).unsqueeze(0)
+        out = self._model(input_ids=first, use_cache=True)
+        cache = out.past_key_values
+        layers = list(getattr(cache, "layers", ()))
+        if not layers or any(type(layer) is not DynamicLayer for layer in layers):
+            return self._target_logprobs(data)  # a cache this expansion does not know (sliding windows)
+        for layer in layers:
+            layer.keys = layer.keys.expand(len(data), -1, -1, -1)
+            layer.values = layer.values.expand(len(data), -1, -1, -1)
+        width = max(len(d.model_input) for d in data) - prefix
+        ids = torch.full((len(data), width), self._pad, dtype=torch.long)
+        mask = torch.zeros((len(data), prefix + width), dtype=torch.long)
+        mask[:, :prefix] = 1
+        targets = torch.zeros((len(data), prefix + width), dtype=torch.long)
+        for i, d in enumerate(data):
+            n = len(d.model_input)
+            ids[i, : n - prefix] = torch.tensor(d.model_input[prefix:], dtype=torch.long)
+            mask[i, prefix:n] = 1
+            targets[i, :n] = torch.tensor(d.target_tokens[:n], dtype=torch.long)
+        suffix = self._model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True)
+        head = self._logprobs(out.logits[0])  # [prefix, V], once for the group
+        tail = self._logprobs(suffix.logits)  # [D, width, V]
+        head_rows = head[torch.arange(prefix).unsqueeze(0), targets[:, :prefix]]
+        tail_rows = tail.gather(-1, targets[:, prefix:].unsqueeze(-1)).squeeze(-1)
+        return torch.cat([head_rows, tail_rows], dim=1)
+
+    def _logprobs(self, logits: torch.Tensor) -> torch.Tensor:
+        return torch.log_softmax(logits.to(torch.float64 if self._dtype == torch.float64 else torch.float32), -1)
 
     def _target_logprobs(self, data: list[TrainingDatum]) -> torch.Tensor:
         """log p(target_t | input_<=t) for every position, right-padded to [D, T]."""
@@ -188,15 +261,12 @@ class LocalTrainer:
         mask = torch.zeros((len(data), width), dtype=torch.long)
         targets = torch.zeros((len(data), width), dtype=torch.long)
         for i, d in enumerate(data):
-            if not d.model_input:
-                raise ValueError("datum model_input must not be empty")
             n = len(d.model_input)
             ids[i, :n] = torch.tensor(d.model_input, dtype=torch.long)
             mask[i, :n] = 1
             targets[i, :n] = torch.tensor(d.target_tokens[:n], dtype=torch.long)
         logits = cast(torch.Tensor, self._model(input_ids=ids, attention_mask=mask).logits)
-        logprobs = torch.log_softmax(logits.to(torch.float64 if self._dtype == torch.float64 else torch.float32), -1)
-        return logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        return self._logprobs(logits).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 
     def _optim_step(self, params: AdamParams) -> dict[str, float]:
         for group in self._optimizer.param_groups:

@@ -433,3 +433,41 @@ async def test_a_non_finite_gradient_skips_the_step_and_the_next_step_trains(tra
     trained = await trainer.optim_step(AdamParams(learning_rate=1e-2))
     assert trained["skipped_nonfinite"] == 0.0 and math.isfinite(trained["grad_norm"])
     assert not all(torch.equal(a, b) for a, b in zip(before, trainer.trainable_parameters, strict=True))
+
+
+@pytest.mark.parametrize("lora_rank", [0, 4])
+async def test_a_prefix_run_once_for_its_group_gives_the_full_batchs_loss_logprobs_and_gradient(
+    tiny_model: Path, lora_rank: int
+) -> None:
+    """Two prompts sampled four times each (one reply twice) and a lone sequence: with shared prefixes the model
+    runs fewer tokens, and the loss, every logprob and the gradient are those of running each datum in full."""
+    prompts = [tuple(range(30, 52)), tuple(range(60, 75))]
+    replies = [(5, 6, 7), (8, 9), (5, 6, 7), (10, 11, 12, 13)]
+    seqs = [(*p, *r) for p in prompts for r in replies] + [tuple(range(80, 90))]
+    data = [
+        TrainingDatum(
+            model_input=s[:-1],
+            target_tokens=s[1:],
+            logprobs=(-1.0,) * (len(s) - 1),
+            advantages=tuple(0.0 if t < 15 else (0.5 if k % 2 else -0.5) for t in range(len(s) - 1)),
+        )
+        for k, s in enumerate(seqs)
+    ]
+    outputs, grads, tokens = [], [], []
+    for min_work in (math.inf, 0.0):
+        trainer = LocalTrainer(tiny_model, lora_rank=lora_rank, shared_prefix_min_work=min_work)
+        seen = [0]
+        embeddings = cast(torch.nn.Module, trainer.model.get_input_embeddings())
+        embeddings.register_forward_hook(lambda _m, args, _out: seen.__setitem__(0, seen[0] + args[0].numel()))
+        outputs.append(await trainer.forward_backward(data, LossName.IMPORTANCE_SAMPLING))
+        grads.append([p.grad.clone() for p in trainer.trainable_parameters if p.grad is not None])
+        tokens.append(seen[0])
+        trainer.close()
+    (full, shared), (full_grads, shared_grads) = outputs, grads
+    assert tokens[1] < tokens[0] // 2, tokens  # each prompt once, not four times
+    assert shared.metrics["loss:sum"] == pytest.approx(full.metrics["loss:sum"], rel=1e-5)
+    assert full.metrics["loss:sum"] != 0.0
+    for a, b in zip(full.logprobs_D, shared.logprobs_D, strict=True):
+        assert a == pytest.approx(b, rel=1e-4, abs=1e-5)
+    assert len(full_grads) == len(shared_grads) > 0
+    assert all(torch.allclose(a, b, rtol=1e-3, atol=1e-6) for a, b in zip(full_grads, shared_grads, strict=True))

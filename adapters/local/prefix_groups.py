@@ -1,0 +1,63 @@
+"""Which training sequences share a prefix worth computing once.
+
+A GRPO batch holds each prompt ``group_size`` times, followed by different replies; a transformer's
+activations over the prompt are the same in every copy. ``LocalTrainer`` runs a shared prefix once,
+expands its KV cache to the group and runs only the suffixes against it: the same logprobs and gradients
+(the backward sums the group's gradients through the expansion) for a fraction of the tokens. This module
+only plans the groups; it knows token ids, not tensors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixGroup:
+    """Sequences (indices into the batch) whose first ``prefix`` tokens are the same; each has a token after it."""
+
+    prefix: int
+    members: tuple[int, ...]
+
+    @property
+    def saved_tokens(self) -> int:
+        """Tokens not run again, against running every member in full (padding aside)."""
+        return (len(self.members) - 1) * self.prefix
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """The length of the longest common prefix of ``a`` and ``b``."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def prefix_groups(inputs: Sequence[Sequence[int]], min_prefix: int = 1) -> list[PrefixGroup]:
+    """Partition the non-empty sequences ``inputs`` into groups sharing a prefix of at least ``min_prefix``.
+
+    Sequences are taken in sorted order, so those with long common prefixes are neighbours; one joins the
+    current group when the group, its prefix shrunk to what the newcomer shares, still spares at least the
+    tokens it spared before (``(m - 1) * new >= (m - 2) * old`` for ``m`` members after joining), else it
+    starts a group of its own. Every member keeps at least one token after the prefix (identical sequences
+    included), so each has a suffix to run. Every index appears in exactly one group; a group of one shares
+    nothing.
+    """
+    order = sorted(range(len(inputs)), key=lambda i: tuple(inputs[i]))
+    groups: list[PrefixGroup] = []
+    for i in order:
+        seq = inputs[i]
+        if not seq:
+            raise ValueError("a training sequence must not be empty")
+        if groups:
+            last = groups[-1]
+            shared = min(last.prefix, common_prefix(inputs[last.members[0]], seq), len(seq) - 1)
+            m = len(last.members) + 1
+            if shared >= min_prefix and (m - 1) * shared >= (m - 2) * last.prefix:
+                groups[-1] = PrefixGroup(shared, (*last.members, i))
+                continue
+        groups.append(PrefixGroup(len(seq) - 1, (i,)))
+    return groups

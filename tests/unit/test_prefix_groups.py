@@ -1,0 +1,54 @@
+"""The plan of shared prefixes the local trainer runs once: a partition whose prefixes are truly shared."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from adapters.local.prefix_groups import common_prefix, prefix_groups
+
+tokens = st.integers(min_value=0, max_value=5)
+sequences = st.lists(st.lists(tokens, min_size=1, max_size=12), max_size=24)
+
+
+@given(sequences, st.integers(min_value=1, max_value=4))
+def test_groups_partition_the_batch_and_share_exactly_their_prefix(seqs: list[list[int]], min_prefix: int) -> None:
+    groups = prefix_groups(seqs, min_prefix)
+    members = sorted(i for g in groups for i in g.members)
+    assert members == list(range(len(seqs)))
+    for g in groups:
+        head = seqs[g.members[0]][: g.prefix]
+        for i in g.members:
+            assert seqs[i][: g.prefix] == head
+            assert len(seqs[i]) > g.prefix  # every member has a suffix to run
+        if len(g.members) > 1:
+            assert g.prefix >= min_prefix
+        assert g.saved_tokens == (len(g.members) - 1) * g.prefix
+
+
+@given(
+    st.lists(st.lists(tokens, min_size=1, max_size=10), min_size=1, max_size=5, unique_by=lambda p: p[0]),
+    st.integers(min_value=1, max_value=8),
+    st.data(),
+)
+def test_a_grpo_batch_runs_each_prompt_once(prompts: list[list[int]], group_size: int, data: st.DataObject) -> None:
+    """Each prompt (distinct first tokens) sampled ``group_size`` times with replies that differ from their first
+    token: one group per prompt, its prefix the whole prompt."""
+    first_tokens = st.lists(st.integers(100, 200), min_size=group_size, max_size=group_size, unique=True)
+    seqs, owner = [], []
+    for k, prompt in enumerate(prompts):
+        for first in data.draw(first_tokens):
+            seqs.append([*prompt, first, *data.draw(st.lists(tokens, max_size=4))])
+            owner.append(k)
+    groups = prefix_groups(seqs)
+    assert len(groups) == len(prompts)
+    for g in groups:
+        (k,) = {owner[i] for i in g.members}
+        assert len(g.members) == group_size
+        assert g.prefix == (len(prompts[k]) if group_size > 1 else len(seqs[g.members[0]]) - 1)
+
+
+def test_identical_sequences_keep_a_token_to_run() -> None:
+    (group,) = prefix_groups([[1, 2, 3], [1, 2, 3], [1, 2, 3, 4]])
+    assert group.prefix == 2 and sorted(group.members) == [0, 1, 2]
+    assert common_prefix([1, 2, 3], [1, 2, 4]) == 2
