@@ -42,8 +42,10 @@ _META = "state.json"
 
 SHARED_PREFIX_MIN_WORK = 10**10
 """A prefix is run once for its group when the tokens it spares times the model's parameters reach this: about
-75 tokens on a 135 M-parameter model (a GRPO group's prompt), never on the ~120 K-parameter tiny one, whose
-every extra forward call costs more than the tokens it spares."""
+75 tokens on a 135 M-parameter model (a GRPO group's prompt: half the training step), never on the ~120
+K-parameter tiny one. There a demo batch is no faster, and the tiny model's warm start (Adam at a rate of 1e-2)
+turns the last bits of float rounding into different weights within ~100 steps, so its seeded outcomes stay the
+ones measured with every sequence run in full (bench/README.md, bench_pretrained_step)."""
 
 
 class LocalTrainer:

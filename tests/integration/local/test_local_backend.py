@@ -456,12 +456,12 @@ async def test_a_prefix_run_once_for_its_group_gives_the_full_batchs_loss_logpro
     outputs, grads, tokens = [], [], []
     for min_work in (math.inf, 0.0):
         trainer = LocalTrainer(tiny_model, lora_rank=lora_rank, shared_prefix_min_work=min_work)
-        seen = [0]
+        seen: list[int] = []
         embeddings = cast(torch.nn.Module, trainer.model.get_input_embeddings())
-        embeddings.register_forward_hook(lambda _m, args, _out: seen.__setitem__(0, seen[0] + args[0].numel()))
+        embeddings.register_forward_hook(lambda _m, args, _out, seen=seen: seen.append(args[0].numel()))
         outputs.append(await trainer.forward_backward(data, LossName.IMPORTANCE_SAMPLING))
         grads.append([p.grad.clone() for p in trainer.trainable_parameters if p.grad is not None])
-        tokens.append(seen[0])
+        tokens.append(sum(seen))
         trainer.close()
     (full, shared), (full_grads, shared_grads) = outputs, grads
     assert tokens[1] < tokens[0] // 2, tokens  # each prompt once, not four times
