@@ -24,6 +24,7 @@ from pathlib import Path
 from tinker_cookbook.utils import logtree
 
 from domain.groups import RolloutResult, ScoredGroup
+from domain.tokens import common_prefix
 from domain.trajectory import TokenTransition
 from ports.run_log import TRANSCRIPT_INDEX, TRANSCRIPTS_DIR, TranscriptKind
 
@@ -259,7 +260,7 @@ def render_turn(
         f"{len(transition.ob)} prompt / {len(transition.ac)} response tokens"
         + (" · last" if transition.episode_done else "")
     )
-    shared = _common_prefix(transition.ob, previous)
+    shared = common_prefix(transition.ob, previous)
     if i_turn == 0 or shared == 0:
         label = "prompt"
         new_ob = transition.ob
@@ -274,15 +275,6 @@ def render_turn(
         f'<div class="tx-label">sampled response</div>'
         f'<div class="tx-text tx-response">{shaded_response(transition, decode, limits)}</div></div>'
     )
-
-
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def _capped(text: str, max_chars: int) -> str:

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from domain.tokens import common_prefix
+
 
 @dataclass(frozen=True, slots=True)
 class PrefixGroup:
@@ -24,16 +26,6 @@ class PrefixGroup:
     def saved_tokens(self) -> int:
         """Tokens not run again, against running every member in full (padding aside)."""
         return (len(self.members) - 1) * self.prefix
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """The length of the longest common prefix of ``a`` and ``b``."""
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def prefix_groups(inputs: Sequence[Sequence[int]], min_prefix: int = 1) -> list[PrefixGroup]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from adapters.local.prefix_groups import common_prefix, prefix_groups
+from adapters.local.prefix_groups import prefix_groups
+from domain.tokens import common_prefix
 
 tokens = st.integers(min_value=0, max_value=5)
 sequences = st.lists(st.lists(tokens, min_size=1, max_size=12), max_size=24)
