@@ -20,4 +20,7 @@ fi
 # -rsx: name every skipped and xfailed test with its reason; --durations: the slowest tests, where the time goes.
 # Two test processes (pytest-xdist), each taking whole modules so a module's server or model is built once;
 # most tests wait on child processes, so two keep both cores busy. AGL_TINKER_TEST_WORKERS=0: one process.
-.venv/bin/python -m pytest -q -rsx --durations=15 -n "${AGL_TINKER_TEST_WORKERS:-2}" --dist loadfile "$@"
+# --no-loadscope-reorder: modules go out in tests/conftest.py's order, the longest first (xdist's own order, by
+# number of tests, sent the learning checks last, to run alone at the end).
+.venv/bin/python -m pytest -q -rsx --durations=15 -n "${AGL_TINKER_TEST_WORKERS:-2}" --dist loadfile \
+  --no-loadscope-reorder "$@"
