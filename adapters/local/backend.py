@@ -232,7 +232,9 @@ class LocalTrainer:
         cache = out.past_key_values
         layers = list(getattr(cache, "layers", ()))
         if not layers or any(type(layer) is not DynamicLayer for layer in layers):
-            return self._target_logprobs(data)  # a cache this expansion does not know (sliding windows)
+            # A cache this expansion does not know (sliding windows): run every sequence in full from now on.
+            self._shared_prefix_min_work = math.inf
+            return self._target_logprobs(data)
         for layer in layers:
             layer.keys = layer.keys.expand(len(data), -1, -1, -1)
             layer.values = layer.values.expand(len(data), -1, -1, -1)
