@@ -176,6 +176,7 @@ async def open_backend(config: TrainConfig) -> Backend:
     register_smollm2_renderer()
     if policy.backend == "local":
         from adapters.local import LocalTrainer
+        from adapters.local.backend import SHARED_PREFIX_MIN_WORK
 
         model_dir = local_model_dir(config)
         trainer = LocalTrainer(
@@ -185,6 +186,9 @@ async def open_backend(config: TrainConfig) -> Backend:
             seed=config.seed,
             checkpoint_dir=Path(config.log_path) / "checkpoints",
             num_threads=policy.num_threads,
+            shared_prefix_min_work={"auto": SHARED_PREFIX_MIN_WORK, "always": 0.0, "never": float("inf")}[
+                policy.shared_prefix
+            ],
         )
         renderer = get_renderer(local_renderer_name(config), get_tokenizer(str(model_dir)))
 
