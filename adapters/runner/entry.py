@@ -70,11 +70,18 @@ def end_forked_children_with_this_process() -> None:
     os.register_at_fork(after_in_child=arm)
 
 
-def runner_main(control_fd: int) -> None:
-    """A runner process: settings from the control pipe, then ``adapters.runner.processes.run_runner_process``."""
+def runner_main(control_fd: int, *, report_fd: int | None = None, parent_pid: int | None = None) -> None:
+    """A runner process: settings from the control pipe, then ``adapters.runner.processes.run_runner_process``.
+
+    A runner forked by ``adapters.runner.fork_server`` is told its report pipe and its parent (the fork server,
+    not the trainer that wrote the settings) here: they override the settings' own."""
     os.set_inheritable(control_fd, False)  # the agent's own subprocesses must not hold the pipe open
     control = os.fdopen(control_fd, "r", encoding="utf-8")
     settings: dict[str, Any] = json.loads(control.readline() or "{}")
+    if settings and report_fd is not None:
+        settings["report_fd"] = report_fd
+    if settings and parent_pid is not None:
+        settings["parent_pid"] = parent_pid
     parent_pid = settings.get("parent_pid")
     if not isinstance(parent_pid, int):
         sys.exit("agl-tinker runner: no settings on the control pipe (start runners through RunnerProcesses)")

@@ -43,6 +43,7 @@ from pydantic import BaseModel, ConfigDict
 
 from adapters.agl.auth import TokenStoreClient, export_spans_with_token
 from adapters.runner.concurrent_runner import AGENT_ERROR, DEFAULT_CONCURRENCY, HUNG_EXIT_CODE, ConcurrentRunner
+from adapters.runner.fork_server import ForkServer, shared_fork_server
 from adapters.runner.protocol import RUNNER_MODULE, STOP
 from adapters.runner.tls import share_default_tls_contexts
 
@@ -389,7 +390,10 @@ def run_runner_process(settings: Mapping[str, Any], control: TextIO) -> None:
 class RunnerChild:
     """One runner process: ``<python> -m adapters.runner.entry <fd>``, its settings and ``stop`` on the pipe ``fd``.
 
-    Shaped like ``multiprocessing.Process`` where the pool needs it (``start``, ``exitcode``, ``kill``, ``join``).
+    Under this interpreter it is forked from the process's fork server (``adapters.runner.fork_server``: the
+    runner's imports paid once, not at every start and respawn) where it can be, else started as its own
+    interpreter. Shaped like ``multiprocessing.Process`` where the pool needs it (``start``, ``exitcode``,
+    ``kill``, ``join``).
     """
 
     def __init__(
@@ -398,19 +402,25 @@ class RunnerChild:
         """``on_error``: called (from a reader thread) with each line of the child's ``ErrorReport``."""
         self._python, self._settings, self.name, self._on_error = python, settings, name, on_error
         self._popen: subprocess.Popen[bytes] | None = None
+        self._forked: tuple[ForkServer, int] | None = None
         self._control: TextIO | None = None
 
     def start(self) -> None:
         read_end, write_end = os.pipe()
         report_read, report_write = os.pipe()
+        env = _child_environment(self._python)
+        server = shared_fork_server(self._python, env) if _same_interpreter(self._python) else None
         try:
-            self._popen = subprocess.Popen(
-                [self._python, "-m", RUNNER_MODULE, str(read_end)],
-                pass_fds=(read_end, report_write),
-                stdin=subprocess.DEVNULL,  # a framework's prompt ("view your traces? [y/N]") ends at once
-                start_new_session=True,  # no controlling terminal either: /dev/tty cannot be opened to ask
-                env=_child_environment(self._python),
-            )
+            if server is not None:
+                self._forked = server, server.spawn(read_end, report_write, os.getcwd(), env)
+            else:
+                self._popen = subprocess.Popen(
+                    [self._python, "-m", RUNNER_MODULE, str(read_end)],
+                    pass_fds=(read_end, report_write),
+                    stdin=subprocess.DEVNULL,  # a framework's prompt ("view your traces? [y/N]") ends at once
+                    start_new_session=True,  # no controlling terminal either: /dev/tty cannot be opened to ask
+                    env=env,
+                )
         except BaseException:
             os.close(write_end)
             os.close(report_read)
@@ -449,30 +459,44 @@ class RunnerChild:
 
     @property
     def pid(self) -> int | None:
+        """The process id (a forked child's once its fork server has answered)."""
+        if self._forked is not None:
+            server, child = self._forked
+            return server.pid(child)
         return None if self._popen is None else self._popen.pid
 
     @property
     def exitcode(self) -> int | None:
         """``None`` while running (or before ``start``); negative for a signal, as ``multiprocessing`` says."""
-        if self._popen is None:
+        if self._forked is not None:
+            server, child = self._forked
+            code = server.exitcode(child)
+        elif self._popen is not None:
+            code = self._popen.poll()
+        else:
             return None
-        code = self._popen.poll()
         if code is not None:
             self._close_control()
         return code
 
     def is_alive(self) -> bool:
-        return self._popen is not None and self.exitcode is None
+        return (self._popen is not None or self._forked is not None) and self.exitcode is None
 
     def kill(self) -> None:
-        if self._popen is not None and self._popen.poll() is None:
+        if self._forked is not None:
+            server, child = self._forked
+            server.kill(child)
+        elif self._popen is not None and self._popen.poll() is None:
             self._popen.kill()
 
     def join(self, timeout: float | None = None) -> None:
-        if self._popen is not None:
+        if self._forked is not None:
+            server, child = self._forked
+            server.wait(child, timeout)
+        elif self._popen is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._popen.wait(timeout)
-            self.exitcode  # noqa: B018  # closes the pipe of a child that has exited
+        self.exitcode  # noqa: B018  # closes the pipe of a child that has exited
 
 
 def _child_environment(python: str) -> dict[str, str]:

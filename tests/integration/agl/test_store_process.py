@@ -13,6 +13,7 @@ import psutil
 import pytest
 
 from adapters.agl.store_process import StoreProcess
+from adapters.runner.fork_server import FORK_SERVER_MODULE
 from app.config import load_config
 from app.launch import free_port, train
 from tests.support.runs import assert_batches_trained
@@ -22,11 +23,14 @@ pytestmark = pytest.mark.slow
 
 
 def live_children() -> set[int]:
-    """This process's live children, but multiprocessing's resource tracker (it lives as long as this process)."""
+    """This process's live children, but multiprocessing's resource tracker and the runners' fork server (each
+    lives as long as this process)."""
     return {
         p.pid
         for p in psutil.Process().children(recursive=True)
-        if p.is_running() and p.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(p.cmdline())
+        if p.is_running()
+        and p.status() != psutil.STATUS_ZOMBIE
+        and not any(name in " ".join(p.cmdline()) for name in ("resource_tracker", FORK_SERVER_MODULE))
     }
 
 
