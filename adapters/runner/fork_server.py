@@ -24,6 +24,7 @@ its parent; the trainer's side (``ForkServer``) needs nothing more.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import select
@@ -40,6 +41,7 @@ FORK_SERVER_MODULE = "adapters.runner.fork_server"
 DISABLE_ENV = "AGL_TINKER_RUNNER_FORK"
 """``0`` starts every runner process as its own interpreter (the slow way) instead of forking it."""
 _PACKET = 1 << 20
+_PR_SET_NAME = 15
 _FDS = 4
 _PARENT_POLL_S = 0.5
 SPAWN_ANSWER_S = 300.0
@@ -278,6 +280,12 @@ def _serve(sock: socket.socket, parent_pid: int) -> None:
         send({"spawned": request["spawn"], "pid": pid})
 
 
+def _name_this_process(name: bytes) -> None:
+    """What ``ps -o comm`` and ``top`` show (the command line stays the fork server's)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_NAME, ctypes.c_char_p(name[:15]), 0, 0, 0)
+
+
 def _become_runner(sock: socket.socket, wake: tuple[int, int], fds: list[int], request: dict[str, Any]) -> None:
     """In a forked child: set up as ``Popen`` would have, then run the runner; never returns."""
     code = 1
@@ -296,6 +304,7 @@ def _become_runner(sock: socket.socket, wake: tuple[int, int], fds: list[int], r
         os.dup2(devnull, 0)
         os.close(devnull)
         os.setsid()
+        _name_this_process(b"agl-runner")
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])

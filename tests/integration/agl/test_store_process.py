@@ -22,15 +22,19 @@ from tests.support.waits import HANG_S, until
 pytestmark = pytest.mark.slow
 
 
+def lives_with_this_process(p: psutil.Process) -> bool:
+    """Multiprocessing's resource tracker, and the runners' fork server (not the runners forked from it, which
+    show its command line too): each lives as long as this process."""
+    command = " ".join(p.cmdline())
+    return "resource_tracker" in command or (FORK_SERVER_MODULE in command and p.ppid() == os.getpid())
+
+
 def live_children() -> set[int]:
-    """This process's live children, but multiprocessing's resource tracker and the runners' fork server (each
-    lives as long as this process)."""
+    """This process's live children, but those that live as long as it does."""
     return {
         p.pid
         for p in psutil.Process().children(recursive=True)
-        if p.is_running()
-        and p.status() != psutil.STATUS_ZOMBIE
-        and not any(name in " ".join(p.cmdline()) for name in ("resource_tracker", FORK_SERVER_MODULE))
+        if p.is_running() and p.status() != psutil.STATUS_ZOMBIE and not lives_with_this_process(p)
     }
 
 

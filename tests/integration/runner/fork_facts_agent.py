@@ -19,6 +19,7 @@ if _where:
                 "cwd": os.getcwd(),
                 "mark": os.environ.get("AGL_TINKER_TEST_MARK"),
                 "stdin": os.readlink("/proc/self/fd/0"),
+                "comm": Path("/proc/self/comm").read_text().strip(),
             }
         )
     )

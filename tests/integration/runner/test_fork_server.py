@@ -57,6 +57,7 @@ def test_runners_are_forked_from_one_server_each_as_a_spawned_runner_would_start
         for fact in seen:
             assert fact["sid"] == fact["pid"], "a runner has a session of its own"
             assert fact["stdin"] == os.devnull
+            assert fact["comm"] == "agl-runner", "ps and top name it"
             assert fact["cwd"] == str(tmp_path) and fact["mark"] == "first"
 
         # A respawn is a fork of the same server; a kill is reported as one.
