@@ -9,6 +9,7 @@ answer and stop, which is skill the base model partly has.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import agentlightning as agl
 from openai import AsyncOpenAI
@@ -34,3 +35,17 @@ async def sum_agent(task: dict[str, str], llm: agl.LLM) -> float:
         model=llm.model, messages=[{"role": "user", "content": task["question"]}]
     )
     return sum_reward(reply.choices[0].message.content or "", task["answer"])
+
+
+@agl.rollout
+async def sum_chat_agent(task: dict[str, str], llm: agl.LLM) -> float:
+    """Two questions on one chat: the second asked after the model's own answer to the first. Each answer whose
+    last number is its sum scores half; both turns train as one trajectory."""
+    client = AsyncOpenAI(base_url=llm.endpoint, api_key="unused")
+    messages: list[Any] = [{"role": "user", "content": task["question"]}]
+    first = await client.chat.completions.create(model=llm.model, messages=messages)
+    first_reply = first.choices[0].message.content or ""
+    messages += [{"role": "assistant", "content": first_reply}, {"role": "user", "content": task["then_question"]}]
+    second = await client.chat.completions.create(model=llm.model, messages=messages)
+    second_reply = second.choices[0].message.content or ""
+    return (sum_reward(first_reply, task["answer"]) + sum_reward(second_reply, task["then_answer"])) / 2

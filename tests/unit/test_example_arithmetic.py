@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -38,3 +39,26 @@ def test_no_test_question_is_a_training_question_in_either_order() -> None:
     train, test = pairs("tasks.jsonl"), pairs("test_tasks.jsonl")
     assert len(test) == 40 and len(train) == 170
     assert not train & test
+
+
+def chat_questions(name: str) -> tuple[list[str], list[str]]:
+    """A chat file's first and second questions, each checked against its answer."""
+    firsts, seconds = [], []
+    for line in (HERE / name).read_text().splitlines():
+        r = json.loads(line)
+        for question, answer, side in (
+            (r["question"], r["answer"], firsts),
+            (r["then_question"], r["then_answer"], seconds),
+        ):
+            a, b = question.removeprefix("What is ").removesuffix("?").split(" + ")
+            assert int(a) + int(b) == int(answer)
+            side.append(question)
+    return firsts, seconds
+
+
+@pytest.mark.parametrize("side", ["", "test_"])
+def test_each_chat_asks_its_sides_questions_once_first_and_once_second_never_twice_in_one_chat(side: str) -> None:
+    singles = [json.loads(line)["question"] for line in (HERE / f"{side}tasks.jsonl").read_text().splitlines()]
+    firsts, seconds = chat_questions(f"chat_{side}tasks.jsonl")
+    assert sorted(firsts) == sorted(singles) == sorted(seconds)
+    assert all(first != second for first, second in zip(firsts, seconds, strict=True))
