@@ -22,8 +22,8 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from adapters.runner.fork_server import DISABLE_ENV
 from adapters.runner.processes import RunnerProcesses
+from adapters.runner.protocol import FORK_ENV
 
 AGENT = "tests.integration.runner.fork_facts_agent:reward_one"
 STORE = "http://127.0.0.1:9"  # nothing listens: the runners start, import their agent and poll
@@ -54,7 +54,7 @@ def descendants_cpu_s() -> float:
 
 
 def trial(mode: str, n: int, index: int) -> dict[str, float]:
-    os.environ[DISABLE_ENV] = "1" if mode == "fork" else "0"
+    os.environ[FORK_ENV] = "1" if mode == "fork" else "0"
     os.environ["AGL_TINKER_BENCH_TRIAL"] = f"{mode}-{index}"  # a fresh fork server each trial
     with tempfile.TemporaryDirectory() as directory:
         where = Path(directory)

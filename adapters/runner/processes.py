@@ -43,7 +43,7 @@ from pydantic import BaseModel, ConfigDict
 
 from adapters.agl.auth import TokenStoreClient, export_spans_with_token
 from adapters.runner.concurrent_runner import AGENT_ERROR, DEFAULT_CONCURRENCY, HUNG_EXIT_CODE, ConcurrentRunner
-from adapters.runner.fork_server import ForkServer, shared_fork_server
+from adapters.runner.forks import ForkServer, shared_fork_server
 from adapters.runner.protocol import RUNNER_MODULE, STOP
 from adapters.runner.tls import share_default_tls_contexts
 

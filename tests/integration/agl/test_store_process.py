@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from adapters.agl.store_process import StoreProcess
-from adapters.runner.fork_server import FORK_SERVER_MODULE
+from adapters.runner.protocol import FORK_SERVER_MODULE
 from app.config import load_config
 from app.launch import free_port, train
 from tests.support.runs import assert_batches_trained

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from adapters.runner.fork_server import DISABLE_ENV, FORK_SERVER_MODULE
 from adapters.runner.processes import RunnerProcesses
+from adapters.runner.protocol import FORK_ENV, FORK_SERVER_MODULE
 from tests.support.processes import alive
 from tests.support.runs import ROOT
 from tests.support.waits import HANG_S, wait_until
@@ -85,7 +85,7 @@ def test_runners_are_forked_from_one_server_each_as_a_spawned_runner_would_start
 
 def test_with_forking_off_each_runner_is_its_own_interpreter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AGL_TINKER_TEST_FACTS", str(tmp_path))
-    monkeypatch.setenv(DISABLE_ENV, "0")
+    monkeypatch.setenv(FORK_ENV, "0")
     runners = RunnerProcesses(AGENT, "http://127.0.0.1:9", 1).start()
     try:
         (fact,) = facts(tmp_path, 1)
