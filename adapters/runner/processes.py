@@ -409,10 +409,11 @@ class RunnerChild:
         read_end, write_end = os.pipe()
         report_read, report_write = os.pipe()
         env = _child_environment(self._python)
-        server = shared_fork_server(self._python, env) if _same_interpreter(self._python) else None
+        cwd = _working_directory()
+        server = shared_fork_server(self._python, env) if cwd and _same_interpreter(self._python) else None
         try:
-            if server is not None:
-                self._forked = server, server.spawn(read_end, report_write, os.getcwd(), env)
+            if server is not None and cwd is not None:
+                self._forked = server, server.spawn(read_end, report_write, cwd, env)
             else:
                 self._popen = subprocess.Popen(
                     [self._python, "-m", RUNNER_MODULE, str(read_end)],
@@ -513,6 +514,14 @@ def _child_environment(python: str) -> dict[str, str]:
     rest = [d for d in env.get("PATH", os.defpath).split(os.pathsep) if d != bin_dir]
     env["PATH"] = os.pathsep.join([bin_dir, *rest])
     return env
+
+
+def _working_directory() -> str | None:
+    """This process's working directory; ``None`` if it was removed (a spawned child still starts there)."""
+    try:
+        return os.getcwd()
+    except FileNotFoundError:
+        return None
 
 
 def _same_interpreter(python: str) -> bool:
