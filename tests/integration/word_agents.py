@@ -1,8 +1,7 @@
-"""Agents of the learning checks not yet moved to held-out items, written as users write them (``openai`` client,
-the tools API): the demo's question (a number word) whose answer only counts in a second turn, and a keypad whose
-code, one for every door, only a tool call's argument can enter. Their test items are their training items, and
-the keypad's reward is a bias, not a mapping: ``learning_agents`` has the held-out checks that replace them once
-their batches and rates are measured (bench/README.md, the learning checks per seed).
+"""The agent of the learning check not yet moved to held-out items, written as users write it (``openai`` client,
+the tools API): a keypad whose code, one for every door, only a tool call's argument can enter. Its test items are
+its training items, and its reward is a bias, not a mapping: ``learning_agents.keypad_agent`` is the held-out
+check that replaces it once it learns (bench/README.md, the learning checks per seed).
 """
 
 from __future__ import annotations
@@ -13,40 +12,6 @@ from typing import Any
 
 import agentlightning as agl
 from openai import AsyncOpenAI
-
-from app.demo.task import NUMBER_WORDS
-
-AGAIN = "again"
-
-
-@agl.rollout
-async def second_turn_agent(task: dict[str, str], llm: agl.LLM) -> float:
-    """The word, a first reply nobody grades, then "again": only the second reply is graded (the word's digit)."""
-    client = AsyncOpenAI(base_url=llm.endpoint, api_key="dummy")
-    messages: list[Any] = [{"role": "user", "content": task["word"]}]
-    first = await client.chat.completions.create(model=llm.model, messages=messages)
-    messages += [{"role": "assistant", "content": first.choices[0].message.content or ""}]
-    messages += [{"role": "user", "content": AGAIN}]
-    second = await client.chat.completions.create(model=llm.model, messages=messages)
-    return 1.0 if (second.choices[0].message.content or "").strip() == task["digit"] else 0.0
-
-
-def two_turn_format_chats(n: int, seed: int) -> list[list[dict[str, str]]]:
-    """Warm-start chats of the second-turn game's format, never its answer: random digits in both turns."""
-    rng = random.Random(seed)
-    chats = []
-    for _ in range(n):
-        first, second = str(rng.randrange(10)), str(rng.randrange(10))
-        chats.append(
-            [
-                {"role": "user", "content": rng.choice(NUMBER_WORDS)},
-                {"role": "assistant", "content": first},
-                {"role": "user", "content": AGAIN},
-                {"role": "assistant", "content": second},
-            ]
-        )
-    return chats
-
 
 KEYPAD_CODE = "7"
 """The keypad's code: the same for every door, never in a prompt; the policy finds it from rewards alone."""
