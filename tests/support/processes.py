@@ -47,6 +47,12 @@ def alive(pid: int) -> bool:
         return False
 
 
+def parent_of(pid: int) -> int:
+    """The parent process id of ``pid`` (from ``/proc``)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[1])
+
+
 def children(pid: int) -> list[int]:
     """The live processes whose parent is ``pid``."""
     found = []

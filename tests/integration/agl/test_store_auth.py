@@ -21,7 +21,7 @@ from adapters.agl.store import AglRolloutStore, AglTripletSource
 from adapters.runner.processes import RunnerProcesses
 from app.usecases.rollouts import RolloutOptions, run_rollouts
 from ports.rollout_store import RolloutRequest
-from tests.support.processes import alive, stop
+from tests.support.processes import alive, parent_of, stop
 from tests.support.stores import free_port, store_process
 from tests.support.waits import HANG_S, wait_until
 
@@ -103,7 +103,8 @@ def test_the_cli_store_beyond_loopback_generates_a_token_and_refuses_requests_wi
 
 @pytest.mark.fault
 def test_runner_processes_exit_when_their_trainer_is_killed(tmp_path: Path) -> None:
-    """trainer kill -9 -> its runner processes exit within seconds (no orphan can serve a later run)"""
+    """trainer kill -9 -> its runner processes and their fork server exit within seconds (no orphan can serve a
+    later run)"""
     script = tmp_path / "parent.py"
     script.write_text(
         "import sys, time\n"
@@ -117,6 +118,10 @@ def test_runner_processes_exit_when_their_trainer_is_killed(tmp_path: Path) -> N
     assert parent.stdout is not None
     children = [int(pid) for pid in parent.stdout.readline().split()]
     assert len(children) == 2
+    # Forked from the trainer's fork server (adapters.runner.forks), which must end with the trainer too.
+    servers = {parent_of(pid) for pid in children}
+    assert len(servers) == 1 and parent.pid not in servers
     parent.send_signal(signal.SIGKILL)
     parent.wait(HANG_S)
-    wait_until(lambda: not any(alive(pid) for pid in children), "orphaned runners outlived their trainer")
+    everyone = [*children, *servers]
+    wait_until(lambda: not any(alive(pid) for pid in everyone), "orphaned runners outlived their trainer")

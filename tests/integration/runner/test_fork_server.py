@@ -2,7 +2,8 @@
 
 Each test starts real runner pools on a store address nothing listens at (the runners start, import their agent
 and poll): the agent module (``fork_facts_agent``) writes at import what its process looks like, which must be
-what a runner started as its own interpreter would see. Every wait is bounded.
+what a runner started as its own interpreter would see. That runners and their fork server end with a trainer
+killed is in tests/integration/agl/test_store_auth.py. Every wait is bounded.
 """
 
 from __future__ import annotations
@@ -10,16 +11,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from adapters.runner.processes import RunnerProcesses
 from adapters.runner.protocol import FORK_ENV, FORK_SERVER_MODULE
-from tests.support.processes import alive
-from tests.support.runs import ROOT
 from tests.support.waits import HANG_S, wait_until
 
 pytestmark = pytest.mark.slow
@@ -92,24 +89,3 @@ def test_with_forking_off_each_runner_is_its_own_interpreter(tmp_path: Path, mon
         assert fact["ppid"] == os.getpid()
     finally:
         runners.stop()
-
-
-@pytest.mark.fault
-def test_the_fork_server_and_its_runners_exit_when_their_trainer_is_killed(tmp_path: Path) -> None:
-    script = tmp_path / "parent.py"
-    script.write_text(
-        "import sys, time\n"
-        f"sys.path.insert(0, {str(ROOT)!r})\n"
-        "from adapters.runner.processes import RunnerProcesses\n"
-        f"runners = RunnerProcesses({AGENT!r}, 'http://127.0.0.1:9', 2).start()\n"
-        "print(' '.join(str(p.pid) for p in runners._processes), flush=True)\n"
-        "time.sleep(600)\n"
-    )
-    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    assert parent.stdout is not None
-    runners = [int(pid) for pid in parent.stdout.readline().split()]
-    servers = {int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]) for pid in runners}
-    assert len(runners) == 2 and len(servers) == 1 and parent.pid not in servers
-    parent.send_signal(signal.SIGKILL)
-    parent.wait(HANG_S)
-    wait_until(lambda: not any(alive(pid) for pid in [*runners, *servers]), "the fork server or a runner outlived it")
