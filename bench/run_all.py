@@ -15,10 +15,12 @@ imports, threads or memory; their output goes to ``--log`` (default ``bench-run-
 - trivial agent rollouts/s: ``bench/bench_throughput.py`` row (a), 512 rollouts, one runner process x 64;
 - the quick-start agent at full concurrency: ``bench/bench_latency.py``'s part 4, best batch of 64 x (0.5 s wait
   + a call through a client built in the rollout), one runner process x 64; ``--quick`` runs the default row
-  only, the full run also the per-client-TLS row (before ``adapters/runner/tls.py``) and the one-client row.
+  only, the full run also the per-client-TLS row (before ``adapters/runner/tls.py``) and the one-client row;
+- runner start: ``bench/bench_runner_start.py``, one trial each way: four runners forked from the fork server
+  (after its first four) and four each started as its own interpreter, with the first four and a respawn.
 
     .venv/bin/python bench/run_all.py [--quick] [--log bench-run-all.log]
-        [--only demo-cpu,memory,direct,trivial,quickstart]
+        [--only demo-cpu,memory,direct,trivial,quickstart,runner-start]
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 RESULT = "RESULT "
-PARTS = ("demo-cpu", "memory", "direct", "trivial", "quickstart")
+PARTS = ("demo-cpu", "memory", "direct", "trivial", "quickstart", "runner-start")
 ROLLOUTS_PER_BATCH = 80
 
 
@@ -107,12 +109,19 @@ def child_quickstart(rows: str, batches: str) -> None:
         _emit({"rows": asyncio.run(run(tiny_renderer(Path(tmp))))})
 
 
+def child_runner_start(runners: str) -> None:
+    from bench.bench_runner_start import trial
+
+    _emit({mode: trial(mode, int(runners), index) for index, mode in enumerate(("spawn", "fork"))})
+
+
 CHILDREN: dict[str, Callable[..., None]] = {
     "demo-cpu": child_demo_cpu,
     "direct": child_direct,
     "memory": child_memory,
     "trivial": child_trivial,
     "quickstart": child_quickstart,
+    "runner-start": child_runner_start,
 }
 
 
@@ -165,6 +174,8 @@ def main(args: argparse.Namespace) -> None:
         trivial(run, rows)
     if "quickstart" in only:
         quickstart(run, rows, args.quick)
+    if "runner-start" in only:
+        runner_start(run, rows)
     print_table(rows)
     print(
         f"\n{time.perf_counter() - started:.0f} s in all; load average {load0:.1f} at the start, "
@@ -222,6 +233,16 @@ def quickstart(run: Runner, rows: Rows, is_quick: bool) -> None:
         rows.append((
             f"quick-start agent 64 x 0.5 s, {row['label']}", f"{row['best']:.2f} s best",
             f"batches {walls} (ideal 0.50)", "<= 1.0 s" if row["row"] == "shared" else "",
+        ))  # fmt: skip
+
+
+def runner_start(run: Runner, rows: Rows) -> None:
+    measured = run("runner-start", "4")
+    for mode, label in (("fork", "forked from the fork server"), ("spawn", "each its own interpreter")):
+        m = measured[mode]
+        rows.append((
+            f"4 more runners ready, {label}", f"{m['warm']:.2f} s",
+            f"first 4 {m['cold']:.2f} s, a respawn {m['respawn']:.2f} s, runner CPU {m['cpu']:.1f} s", "",
         ))  # fmt: skip
 
 
