@@ -44,7 +44,6 @@ class ForkServer:
         self._pids: dict[int, int] = {}
         self._codes: dict[int, int] = {}
         self._closed = False
-        self._exited = threading.Event()
         started = threading.Event()
         failure: list[BaseException] = []
 
@@ -66,7 +65,6 @@ class ForkServer:
                 theirs.close()
                 started.set()
             self._process.wait()
-            self._exited.set()
 
         threading.Thread(target=keep, name="agl-runner-fork-server", daemon=True).start()
         started.wait()
