@@ -56,7 +56,8 @@ class PolicyConfig(_Frozen):
     num_threads: int | None = Field(default=None, ge=1)
     """local: torch threads; unset leaves one core for the event loop."""
     shared_prefix: Literal["auto", "always", "never"] = "auto"
-    """local: run a prefix that sequences share (a GRPO group's prompt) once in the training forward. ``auto`` does
+    """local: run a prefix that sequences share (a GRPO group's prompt) once in the training forward, and a prefix
+    that prompts sampled together share (a system or tools prompt) once in their prefill. ``auto`` does
     where it spares enough work (a real model's groups, never the tiny model's); the same logprobs and gradients
     either way, up to float rounding, which a long warm start at a high rate can turn into different weights."""
     unreachable_after_s: float = Field(default=120.0, ge=0)

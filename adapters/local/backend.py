@@ -75,7 +75,8 @@ class LocalTrainer:
         every layer's activations, for a whole chunk; a real model's 49 K-token vocabulary at 16 K tokens would
         hold gigabytes). Sequences that share a long prefix (a group's prompt) run it once
         (``adapters.local.prefix_groups``) where the work spared, tokens times parameters, reaches
-        ``shared_prefix_min_work``: the same logprobs and gradients for fewer tokens."""
+        ``shared_prefix_min_work``: the same logprobs and gradients for fewer tokens. Its samplers prefill a prefix
+        that prompts share (a system or tools prompt) once by the same rule."""
         self._path = Path(model_path)
         self._dtype = dtype
         self._lora_rank = lora_rank
@@ -139,7 +140,14 @@ class LocalTrainer:
     async def sampler(self, name: str) -> LocalSampler:
         """Publish a frozen copy of the current weights; later steps never change what it samples."""
         model = await self._worker.run(functools.partial(frozen_copy, self._model))
-        return LocalSampler(model, self._tokenizer, worker=self._worker, name=name, max_batch_rows=self._max_batch_rows)
+        return LocalSampler(
+            model,
+            self._tokenizer,
+            worker=self._worker,
+            name=name,
+            max_batch_rows=self._max_batch_rows,
+            shared_prefix_min_work=self._shared_prefix_min_work,
+        )
 
     async def save_state(self, name: str) -> str:
         """Write weights, optimizer state and metadata under ``checkpoint_dir/name``; returns that path."""
@@ -157,7 +165,12 @@ class LocalTrainer:
         """A sampler on the weights saved at ``path``, built beside the trained model, which stays as it is."""
         model = await self._worker.run(functools.partial(self._frozen_from, Path(path)))
         return LocalSampler(
-            model, self._tokenizer, worker=self._worker, name=Path(path).name, max_batch_rows=self._max_batch_rows
+            model,
+            self._tokenizer,
+            worker=self._worker,
+            name=Path(path).name,
+            max_batch_rows=self._max_batch_rows,
+            shared_prefix_min_work=self._shared_prefix_min_work,
         )
 
     def close(self) -> None:

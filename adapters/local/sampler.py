@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, cast
 import torch
 
 from adapters.local import kv_batch
+from adapters.local.prefix_groups import PrefixGroup, prompt_groups
 from adapters.local.sampling import RowState, StopChecker, choose_tokens, make_row
 from adapters.local.worker import TorchWorker
 from ports.policy import SampledSequence, SamplingParams, StopReason
@@ -53,8 +55,11 @@ class LocalSampler:
         name: str = "",
         max_batch_rows: int = 64,
         seed: int | None = None,
+        shared_prefix_min_work: float = math.inf,
     ) -> None:
-        """``model`` must not be trained afterwards (``LocalTrainer.sampler`` hands over a copy)."""
+        """``model`` must not be trained afterwards (``LocalTrainer.sampler`` hands over a copy).
+        ``shared_prefix_min_work``: prefill a prefix that prompts share once where the tokens it spares times the
+        model's parameters reach it (``LocalTrainer``'s rule for training; never by default)."""
         cast(torch.nn.Module, model).eval()
         for p in model.parameters():
             p.requires_grad_(False)
@@ -63,6 +68,8 @@ class LocalSampler:
         self._tokenizer = tokenizer
         self._worker = worker
         self._max_rows = max_batch_rows
+        self._shared_prefix_min_work = shared_prefix_min_work
+        self._parameter_count = sum(p.numel() for p in model.parameters())
         self._rng = random.Random(seed)
         eos = tokenizer.eos_token_id
         self._eos = int(eos) if isinstance(eos, int) else None
@@ -177,9 +184,7 @@ class LocalSampler:
                 # A group's rollouts send one prompt each: prefill each distinct prompt once, then copy its cache.
                 distinct: dict[tuple[int, ...], int] = {}
                 which = [distinct.setdefault(tuple(r.prompt), len(distinct)) for r in admitted]
-                logits, batch = kv_batch.prefill(self._model, [list(p) for p in distinct], self._pad)
-                self._forward_passes += 1
-                self._prefilled_tokens += sum(map(len, distinct))
+                logits, batch = self._prefill([list(p) for p in distinct])
                 expand = [which[i] for i, r in enumerate(admitted) for _ in r.rows]
                 batch = kv_batch.select(batch, expand)
                 joining = [_Active(r, row) for r in admitted for row in r.rows]
@@ -193,6 +198,38 @@ class LocalSampler:
         if not self._active:
             self._batch = None
         return finished
+
+    def _prefill(self, prompts: list[list[int]]) -> tuple[torch.Tensor, kv_batch.KVBatch]:
+        """Next-token logits and caches of ``prompts``, rows in their order. A prefix that prompts share (a system
+        or tools prompt) runs once where that spares at least ``shared_prefix_min_work``; the rest together."""
+        shared: list[PrefixGroup] = []
+        plain: list[int] = []
+        for group in prompt_groups(prompts):
+            if len(group.members) > 1 and group.saved_tokens * self._parameter_count >= self._shared_prefix_min_work:
+                shared.append(group)
+            else:
+                plain.extend(group.members)
+        parts: list[tuple[list[int], torch.Tensor, kv_batch.KVBatch]] = []
+        for group in shared:
+            members = list(group.members)
+            prefix = prompts[members[0]][: group.prefix]
+            suffixes = [prompts[i][group.prefix :] for i in members]
+            parts.append((members, *kv_batch.prefill_shared(self._model, prefix, suffixes, self._pad)))
+            self._forward_passes += 2
+            self._prefilled_tokens += group.prefix + sum(map(len, suffixes))
+        if plain:
+            plain.sort()
+            parts.append((plain, *kv_batch.prefill(self._model, [prompts[i] for i in plain], self._pad)))
+            self._forward_passes += 1
+            self._prefilled_tokens += sum(len(prompts[i]) for i in plain)
+        if len(parts) == 1 and parts[0][0] == list(range(len(prompts))):
+            return parts[0][1], parts[0][2]
+        order = [i for members, _, _ in parts for i in members]
+        batch = parts[0][2]
+        for _, _, more in parts[1:]:
+            batch = kv_batch.merge(batch, more)
+        rows = sorted(range(len(order)), key=lambda k: order[k])
+        return torch.cat([logits for _, logits, _ in parts])[rows], kv_batch.select(batch, rows)
 
     def _advance(
         self, active: list[_Active], logits: torch.Tensor, batch: kv_batch.KVBatch, finished: list[_Request]

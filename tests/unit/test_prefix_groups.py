@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from adapters.local.prefix_groups import prefix_groups
+from adapters.local.prefix_groups import prefix_groups, prompt_groups
 from domain.tokens import common_prefix
 
 tokens = st.integers(min_value=0, max_value=5)
@@ -53,3 +53,24 @@ def test_identical_sequences_keep_a_token_to_run() -> None:
     (group,) = prefix_groups([[1, 2, 3], [1, 2, 3], [1, 2, 3, 4]])
     assert group.prefix == 2 and sorted(group.members) == [0, 1, 2]
     assert common_prefix([1, 2, 3], [1, 2, 4]) == 2
+
+
+def test_an_unrelated_prompt_sorted_first_does_not_shorten_the_others_prefix() -> None:
+    """Prompts under one long system prompt, and one that starts like it only briefly, sorted before them: the
+    greedy plan shares one token among all, the prompt plan the system prompt among the four."""
+    system = [1, 2, 3, 4, 5, 6, 7, 8]
+    prompts = [[1, 0, 9], *([*system, t, 9] for t in (10, 11, 12, 13))]
+    assert {g.members: g.prefix for g in prefix_groups(prompts)} == {(0, 1, 2, 3, 4): 1}
+    groups = {g.members: g.prefix for g in prompt_groups(prompts)}
+    assert groups == {(0,): 2, (1, 2, 3, 4): len(system)}
+
+
+@given(st.lists(st.lists(tokens, min_size=1, max_size=12), max_size=24, unique_by=tuple))
+def test_the_prompt_plan_is_a_true_partition_sparing_at_least_what_the_greedy_one_does(seqs: list[list[int]]) -> None:
+    groups = prompt_groups(seqs)
+    assert sorted(i for g in groups for i in g.members) == list(range(len(seqs)))
+    for g in groups:
+        head = seqs[g.members[0]][: g.prefix]
+        assert all(seqs[i][: g.prefix] == head and len(seqs[i]) > g.prefix for i in g.members)
+    spared = sum(g.saved_tokens for g in groups)
+    assert spared >= sum(g.saved_tokens for g in prefix_groups(seqs))

@@ -471,3 +471,42 @@ async def test_a_prefix_run_once_for_its_group_gives_the_full_batchs_loss_logpro
         assert a == pytest.approx(b, rel=1e-4, abs=1e-5)
     assert len(full_grads) == len(shared_grads) > 0
     assert all(torch.allclose(a, b, rtol=1e-3, atol=1e-6) for a, b in zip(full_grads, shared_grads, strict=True))
+
+
+async def test_prompts_that_share_a_prefix_prefill_it_once_and_sample_as_in_full(tiny_model: Path) -> None:
+    """Distinct prompts under one system prompt, sampled together: with shared prefixes the system prompt is
+    prefilled once, and every reply (tokens and logprobs) is the one each prompt gets prefilled in full; a lone
+    prompt of another prefix rides along in full."""
+    system = "<|im_start|>system\nYou answer with one digit and nothing else, always.<|im_end|>\n"
+    texts = ["seven", "three plus four", "nine", "the number after five, please"]
+    results, prefilled = [], []
+    for min_work in (math.inf, 0.0):
+        trainer = LocalTrainer(tiny_model, shared_prefix_min_work=min_work)
+        sampler = await trainer.sampler("s0")
+        encode = trainer.tokenizer.encode
+        prompts = [list(encode(system, add_special_tokens=False)) + chat_prompt(trainer, t) for t in texts]
+        prompts.append(chat_prompt(trainer, "hi"))
+        params = [SamplingParams(max_tokens=12, seed=i, stop_token_ids=(-1,)) for i in range(len(prompts))]
+        results.append(await asyncio.gather(*(sampler.sample(p, q) for p, q in zip(prompts, params, strict=True))))
+        prefilled.append(sampler.prefilled_tokens)
+        trainer.close()
+    shared_len = len(prompts[0]) - len(chat_prompt(trainer, texts[0])) + 3  # the system prompt and "<|im_start|>user\n"
+    assert prefilled[0] == sum(map(len, prompts))
+    assert prefilled[1] <= prefilled[0] - (len(texts) - 1) * shared_len
+    for (full,), (shared,) in zip(*results, strict=True):
+        assert shared.tokens == full.tokens
+        assert shared.logprobs == pytest.approx(full.logprobs, abs=1e-5)
+
+
+async def test_a_reply_longer_than_the_caches_room_matches_the_training_forward(trainer: LocalTrainer) -> None:
+    """Decoding writes into caches with room to spare and copies them into larger ones when full: a reply well
+    past that room (``kv_batch.ROOM``) keeps the logprobs a full forward gives its tokens."""
+    from adapters.local.kv_batch import ROOM
+
+    sampler = await trainer.sampler("s0")
+    prompt = chat_prompt(trainer, "Count from one to a hundred.")
+    (seq,) = await sampler.sample(prompt, SamplingParams(max_tokens=2 * ROOM + 5, seed=2, stop_token_ids=(-1,)))
+    out = await trainer.forward([rl_datum(prompt, seq, 1.0)], LossName.IMPORTANCE_SAMPLING)
+    train_lps = out.logprobs_D[0][len(prompt) - 1 :]
+    assert len(seq.tokens) == 2 * ROOM + 5
+    assert max(abs(a - b) for a, b in zip(train_lps, seq.logprobs, strict=True)) < 1e-5
