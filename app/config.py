@@ -203,6 +203,9 @@ class TrainConfig(_Frozen):
     """Stop early once an evaluation reaches this test reward (unset: train every batch)."""
     eval_every: int = Field(default=10, ge=0)
     """Evaluate before every ``eval_every``-th batch and after the last (0: never)."""
+    eval_on_start: bool = True
+    """Evaluate before the run's first batch too (the test reward "before"); false where it is known already, as
+    a base model's greedy score on a fixed test set is, and an evaluation is costly."""
     save_every: int = Field(default=10, ge=0)
     """Checkpoint after every ``save_every``-th batch (0: only at the end)."""
 

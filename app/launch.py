@@ -392,6 +392,7 @@ def training_settings(
             sampling_seed=config.seed if config.policy.backend == "local" else None,
         ),
         eval_every=config.eval_every,
+        eval_on_start=config.eval_on_start,
         eval_temperature=config.eval_temperature,
         save_every=config.save_every,
         max_batches=config.max_batches,

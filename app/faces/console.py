@@ -161,6 +161,8 @@ def run_training_with_progress(config: TrainConfig, *, write_plot: bool = True) 
         console.print(
             f"[bold]test reward: {summary.reward_before:.3f} before -> {summary.reward_after:.3f} after[/bold]"
         )
+    elif summary.reward_after is not None:
+        console.print(f"[bold]test reward: {summary.reward_after:.3f} after[/bold]")
     if write_plot:
         path = write_report(config.log_path).value_or(None)
         console.print(f"report: {path}" if path is not None else "report: no metrics to plot")

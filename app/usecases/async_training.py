@@ -214,7 +214,7 @@ async def run_async_training(
                 "optim/lr": settings.rate_at(step, schedule),
                 "async/rollouts_running": float(flow.running),
             }
-            if settings.eval_every > 0 and step % settings.eval_every == 0:
+            if settings.eval_every > 0 and step % settings.eval_every == 0 and (step > start or settings.eval_on_start):
                 await _evaluate_between_rollouts(parts, flow, resources_id, step, metrics, summary, hooks)
                 if reached(settings, summary) and step > start:
                     log(f"test reward {summary.reward_after:.3f} reached the target {settings.target_test_reward}")

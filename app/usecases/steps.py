@@ -89,6 +89,8 @@ class TrainingSettings:
     remove_constant_reward_groups: bool = False
     rollouts: RolloutOptions = field(default_factory=RolloutOptions)
     eval_every: int = 0
+    eval_on_start: bool = True
+    """Evaluate at the run's first batch too; false: only at later multiples of ``eval_every`` and the end."""
     eval_temperature: float = 0.0
     save_every: int = 0
     max_batches: int | None = None
@@ -190,7 +192,8 @@ class TrainingSummary:
 
     @property
     def reward_before(self) -> float | None:
-        return self.evals[0][1] if self.evals else None
+        """The test reward at the run's first batch; None without an evaluation there (``eval_on_start``)."""
+        return self.evals[0][1] if self.evals and self.evals[0][0] == self.start_batch else None
 
     @property
     def reward_after(self) -> float | None:

@@ -79,7 +79,11 @@ async def run_training(
             "optim/lr": settings.rate_at(i_batch, schedule),
         }
         resources_id = await parts.store.add_resources({"main_llm": parts.server.as_resource()})
-        if settings.eval_every > 0 and i_batch % settings.eval_every == 0:
+        if (
+            settings.eval_every > 0
+            and i_batch % settings.eval_every == 0
+            and (i_batch > start or settings.eval_on_start)
+        ):
             await evaluate_and_record(parts, resources_id, i_batch, metrics, summary, hooks)
             if reached(settings, summary) and i_batch > start:
                 target = settings.target_test_reward

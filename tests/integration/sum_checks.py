@@ -39,8 +39,9 @@ KINDS = ("check", "control", "chat")
 
 @dataclass(frozen=True)
 class SumOutcome:
-    before: int
-    """Held-out answers right greedily, of ``answers(kind)``, before the first batch and after the last."""
+    before: int | None
+    """Held-out answers right greedily, of ``answers(kind)``, before the first batch (None: not evaluated there)
+    and after the last."""
     after: int
     train_first: float
     train_last: float
@@ -59,7 +60,7 @@ def answers(kind: str) -> int:
 
 
 def sum_overrides(
-    directory: Path, seed: int, kind: str, eval_every: int = BATCHES, batches: int = BATCHES
+    directory: Path, seed: int, kind: str, eval_every: int = BATCHES, batches: int = BATCHES, eval_on_start: bool = True
 ) -> list[str]:
     tasks, test_tasks = ARITHMETIC / "tasks.jsonl", ARITHMETIC / "test_tasks.jsonl"
     agent = "examples.arithmetic.agent:sum_agent"
@@ -87,6 +88,7 @@ def sum_overrides(
         "batch_size=4",
         f"max_batches={batches}",
         f"eval_every={eval_every}",
+        f"eval_on_start={str(eval_on_start).lower()}",
         "save_every=0",
         "transcripts=false",
         f"seed={seed}",
@@ -96,22 +98,29 @@ def sum_overrides(
 
 
 async def run_sum_check(
-    directory: Path, seed: int, kind: str, eval_every: int | None = None, n_batches: int | None = None
+    directory: Path,
+    seed: int,
+    kind: str,
+    eval_every: int | None = None,
+    n_batches: int | None = None,
+    eval_on_start: bool = True,
 ) -> SumOutcome:
     """Train ``kind`` (``KINDS``) at ``seed`` in ``directory`` for ``n_batches`` batches (unset: the suite's),
-    evaluating every ``eval_every`` (unset: at the end); the counts are of ``answers(kind)``."""
+    evaluating every ``eval_every`` (unset: at the end), and before the first batch with ``eval_on_start``; the
+    counts are of ``answers(kind)``."""
     n_batches = n_batches or batches(kind)
-    overrides = sum_overrides(directory, seed, kind, eval_every or n_batches, n_batches)
+    overrides = sum_overrides(directory, seed, kind, eval_every or n_batches, n_batches, eval_on_start)
     config = load_config(None, overrides).unwrap()
     summary = await train(config)
     lines = batch_lines(Path(config.log_path))
     if len(lines) != n_batches:
         raise AssertionError(f"{len(lines)} batches logged, not {n_batches}")
-    if summary.reward_before is None or summary.reward_after is None:
+    if summary.reward_after is None or (eval_on_start and summary.reward_before is None):
         raise AssertionError("no test reward before or after")
     rewards = [float(line["env/all/reward/total"]) for line in lines]
     count = answers(kind)
-    before, after = round(summary.reward_before * count), round(summary.reward_after * count)
+    before = None if summary.reward_before is None else round(summary.reward_before * count)
+    after = round(summary.reward_after * count)
     along = tuple(
         (int(line["step"]), round(float(line["test/env/all/reward/total"]) * count))
         for line in metrics_lines(Path(config.log_path))

@@ -18,7 +18,7 @@ from app.usecases.steps import REWARD_KEY, NothingToTrain, TrainingHooks
 from ports.run_log import TRANSCRIPTS_DIR
 from tests.support.cli import cli, cli_process
 from tests.support.processes import stop
-from tests.support.runs import assert_batches_trained, batch_lines
+from tests.support.runs import assert_batches_trained, batch_lines, metrics_lines
 from tests.support.stores import free_port, store_process, wait_healthy
 from tests.support.waits import HANG_S, wait_until
 
@@ -314,6 +314,16 @@ async def test_the_endpoint_holds_nothing_of_the_rollouts_a_run_trained_and_eval
         assert summary.end_batch == 1 and trained["endpoint/capture/recorded"] >= 32
         assert served["endpoint/capture/recorded"] > 0  # the final evaluation's
         assert run.endpoint.rollouts_held == 0
+
+
+async def test_a_run_without_the_evaluation_on_start_evaluates_only_after_batches(tmp_path: Path) -> None:
+    cfg = config(tmp_path, max_batches=2, eval_every=1, eval_on_start="false", **{"warm_start.steps": 0})
+    summary = await train(cfg)
+
+    assert [batch for batch, _ in summary.evals] == [1, 2]
+    assert summary.reward_before is None and summary.reward_after is not None
+    logged = [m["step"] for m in metrics_lines(Path(cfg.log_path)) if "test/env/all/reward/total" in m]
+    assert logged == [1, 2]
 
 
 async def test_one_train_step_moves_the_next_samplers_logprobs_with_the_advantages(tmp_path: Path) -> None:
