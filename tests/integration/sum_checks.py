@@ -33,6 +33,10 @@ CHAT_PASS = 60
 """Held-out answers of 150 (75 chats, two sums each) the chat check must get right: the base model gets 44 (0.29)
 at every seed; 60 or more by chance at that rate has probability 0.33% (binomial); seeds 0-4 reached 71-94 at
 batch 3 (bench/README.md, the chat check per seed)."""
+BASE_ANSWERS = {"check": 21, "control": 21, "chat": 44}
+"""The base model's held-out answers right greedily, the same at every seed (its greedy replies do not depend on
+the run's seed; bench/README.md, the real-model checks and the chat check per seed): the suite does not spend an
+evaluation on them again."""
 KINDS = ("check", "control", "chat")
 """``check``: one sum a rollout; ``control``: the same with a coin for reward; ``chat``: two sums a chat."""
 
