@@ -115,6 +115,80 @@ async def keypad_agent(task: dict[str, str], llm: agl.LLM) -> float:
     return 1.0 if isinstance(arguments, dict) and arguments.get("digit") == task["digit"] else 0.0
 
 
+READ_CODE = {
+    "type": "function",
+    "function": {
+        "name": "read_code",
+        "description": "Read the code of the door's keypad.",
+        "parameters": {"type": "object", "properties": {}, "required": []},
+    },
+}
+
+
+def ask_door_prompt(door: str) -> str:
+    return f"What is the code of the {door} door?"
+
+
+@agl.rollout
+async def code_reader_agent(task: dict[str, str], llm: agl.LLM) -> float:
+    """Asks for a door's code with a ``read_code`` tool whose result is the code: reward 1 for exactly one call of
+    the tool, then a reply that is the code it returned. Both turns are the policy's; the reply must follow the
+    tool's result, which differs from task to task."""
+    client = AsyncOpenAI(base_url=llm.endpoint, api_key="dummy")
+    messages: list[Any] = [{"role": "user", "content": ask_door_prompt(task["door"])}]
+    first = await client.chat.completions.create(model=llm.model, messages=messages, tools=[READ_CODE])
+    calls = first.choices[0].message.tool_calls or []
+    if len(calls) != 1 or calls[0].type != "function" or calls[0].function.name != "read_code":
+        return 0.0
+    messages += [first.choices[0].message.model_dump(exclude_none=True)]
+    messages += [{"role": "tool", "tool_call_id": calls[0].id, "content": task["digit"]}]
+    second = await client.chat.completions.create(model=llm.model, messages=messages, tools=[READ_CODE])
+    return _digit_reward(second.choices[0].message.content, task["digit"])
+
+
+VERBS = ("open", "lock", "knock", "paint")
+"""What the user asks done to a door, each its own tool (names that differ in their first token)."""
+DOOR_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": verb,
+            "description": f"{verb.capitalize()} a door.",
+            "parameters": {"type": "object", "properties": {}, "required": []},
+        },
+    }
+    for verb in VERBS
+]
+
+
+def verb_items(n_test_doors: int = 5) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """Every (verb, door) pair, ``n_test_doors`` doors of each verb held out (a different set per verb), so both
+    sets hold every verb equally often (a constant tool scores 0.25)."""
+    rng = random.Random(SPLIT_SEED)
+    train: list[dict[str, str]] = []
+    test: list[dict[str, str]] = []
+    for verb in VERBS:
+        held = set(rng.sample(DOORS, n_test_doors))
+        for door in DOORS:
+            (test if door in held else train).append({"verb": verb, "door": door})
+    return train, test
+
+
+def door_request(verb: str, door: str) -> str:
+    return f"{verb.capitalize()} the {door} door."
+
+
+@agl.rollout
+async def door_tools_agent(task: dict[str, str], llm: agl.LLM) -> float:
+    """Asks for something done to a door, with one tool per verb: the reward is 1 for exactly one call, of the
+    tool the request names."""
+    client = AsyncOpenAI(base_url=llm.endpoint, api_key="dummy")
+    messages: list[Any] = [{"role": "user", "content": door_request(task["verb"], task["door"])}]
+    reply = await client.chat.completions.create(model=llm.model, messages=messages, tools=DOOR_TOOLS)
+    calls = reply.choices[0].message.tool_calls or []
+    return 1.0 if len(calls) == 1 and calls[0].type == "function" and calls[0].function.name == task["verb"] else 0.0
+
+
 Chat = list[dict[str, str]]
 Items = list[dict[str, str]]
 
@@ -170,6 +244,42 @@ def keypad_format_chats(tools_system_prompt: str, items: list[dict[str, str]], n
                 {"role": "system", "content": tools_system_prompt},
                 {"role": "user", "content": open_door_prompt(item["door"], item["digit"])},
                 {"role": "assistant", "content": f"<tool_call>\n{call}\n</tool_call>"},
+            ]
+        )
+    return chats
+
+
+def code_reader_format_chats(items: list[dict[str, str]], n: int, seed: int) -> list[list[dict[str, Any]]]:
+    """Warm-start chats (OpenAI messages, to train beside the ``read_code`` tool) of the code reader's two turns,
+    never its answer: the call, the tool's result, then a random digit."""
+    rng = random.Random(seed)
+    chats: list[list[dict[str, Any]]] = []
+    for i in range(n):
+        item = rng.choice(items)
+        call = {"id": f"call_{i}", "type": "function", "function": {"name": "read_code", "arguments": "{}"}}
+        chats.append(
+            [
+                {"role": "user", "content": ask_door_prompt(item["door"])},
+                {"role": "assistant", "content": "", "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": f"call_{i}", "content": item["digit"]},
+                {"role": "assistant", "content": str(rng.randrange(10))},
+            ]
+        )
+    return chats
+
+
+def door_tools_format_chats(items: list[dict[str, str]], n: int, seed: int) -> list[list[dict[str, Any]]]:
+    """Warm-start chats (OpenAI messages, to train beside ``DOOR_TOOLS``) of the call format, never its answer: each
+    calls a random tool."""
+    rng = random.Random(seed)
+    chats: list[list[dict[str, Any]]] = []
+    for i in range(n):
+        item = rng.choice(items)
+        call = {"id": f"call_{i}", "type": "function", "function": {"name": rng.choice(VERBS), "arguments": "{}"}}
+        chats.append(
+            [
+                {"role": "user", "content": door_request(item["verb"], item["door"])},
+                {"role": "assistant", "content": "", "tool_calls": [call]},
             ]
         )
     return chats

@@ -32,6 +32,8 @@ class Files:
     train: list[dict[str, object]]
     test: Items
     warm: list[Chat]
+    tools: tuple[dict[str, object], ...] = ()
+    """The tools the warm-start chats are trained beside (the renderer writes them into the system message)."""
 
 
 def digit_files(_renderer: Renderer, seed: int) -> Files:
@@ -56,6 +58,18 @@ def keypad_files(renderer: Renderer, seed: int) -> Files:
     (system,) = renderer.create_conversation_prefix_with_tools([cast(ToolSpec, la.PRESS["function"])])
     train, test = la.door_items()
     return Files(list(train), test, la.keypad_format_chats(str(system["content"]), train, 256, seed))
+
+
+def code_reader_files(_renderer: Renderer, seed: int) -> Files:
+    """The doors' (door, code) items, and warm-start chats of the code reader's two turns (random replies)."""
+    train, test = la.door_items()
+    return Files(list(train), test, la.code_reader_format_chats(train, 256, seed), (la.READ_CODE,))
+
+
+def door_tools_files(_renderer: Renderer, seed: int) -> Files:
+    """The (verb, door) items, and warm-start chats of the call format (random tools) beside the four tools."""
+    train, test = la.verb_items()
+    return Files(list(train), test, la.door_tools_format_chats(train, 256, seed), tuple(la.DOOR_TOOLS))
 
 
 @dataclass(frozen=True)
@@ -90,6 +104,29 @@ CHECKS = {
         0.5,
         overrides=("max_tokens=40", "learning_rate=3e-3"),
     ),
+    # The two tool designs after the keypad (bench/README.md, the learning checks per seed): neither learns yet.
+    # Choosing among four tools by the request's verb (a constant tool scores 0.25).
+    "tool-choice": Check(
+        f"{AGENTS}:door_tools_agent",
+        40,
+        door_tools_files,
+        0.6,
+        overrides=("max_tokens=40", "learning_rate=3e-3", "warm_start.steps=200", "policy.shared_prefix=always"),
+    ),
+    # A call, then a reply that must be the code the tool returned.
+    "tool-result": Check(
+        f"{AGENTS}:code_reader_agent",
+        40,
+        code_reader_files,
+        0.5,
+        overrides=(
+            "max_tokens=40",
+            "warm_start.steps=200",
+            "learning_rate=5e-3",
+            "kl_penalty_coef=0",
+            "remove_constant_reward_groups=true",
+        ),
+    ),
     # Rollouts for the next batch run while the trainer steps, with PPO's clipping as bench_async.py trains it.
     # A step on one-version-old groups trains at lr / (1 + staleness): at twice the sync rate its steps are about
     # single-turn's size. 40 batches learned in 3 of 5 seeds, 60 in 4 of 5 (bench/README.md, the checks per seed).
@@ -113,7 +150,8 @@ def check_config(name: str, seed: int, directory: Path, renderer: Renderer, extr
     files = check.files(renderer, seed)
     tasks = write_jsonl(directory / "tasks.jsonl", list(files.train))
     test_tasks = write_jsonl(directory / "test_tasks.jsonl", list(files.test))
-    warm = write_jsonl(directory / "warm.jsonl", [{"messages": chat} for chat in files.warm])
+    tools = {"tools": list(files.tools)} if files.tools else {}
+    warm = write_jsonl(directory / "warm.jsonl", [{"messages": chat, **tools} for chat in files.warm])
     overrides = [
         f"log_path={directory / 'run'}",
         f"agent={check.agent}",

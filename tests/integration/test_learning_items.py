@@ -1,4 +1,5 @@
-"""The learning checks' items: test items never trained on, each set balanced so that a constant reply scores 0.1."""
+"""The learning checks' items: test items never trained on, each set balanced so that a constant reply scores 0.1
+(0.25 for the four door tools)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,16 @@ from tests.integration import learning_agents as la
 from tests.integration.learning_checks import CHECKS, tiny_renderer
 
 
+def prompt(item: dict[str, str]) -> str:
+    if "text" in item:
+        return item["text"]
+    if "verb" in item:
+        return la.door_request(item["verb"], item["door"])
+    return la.open_door_prompt(item["door"], item["digit"])
+
+
 def prompts(items: list[dict[str, str]]) -> set[str]:
-    return {item["text"] if "text" in item else la.open_door_prompt(item["door"], item["digit"]) for item in items}
+    return {prompt(item) for item in items}
 
 
 @pytest.mark.parametrize("split", [la.digit_items, la.door_items])
@@ -26,6 +35,15 @@ def test_test_items_are_disjoint_from_training_items_and_balanced_over_the_digit
     assert Counter(item["digit"] for item in train) == {str(d): 8 for d in range(10)}
     for item in train + test:
         assert item["digit"] in (item["text"] if "text" in item else la.open_door_prompt(item["door"], item["digit"]))
+
+
+def test_the_door_tools_test_requests_are_never_trained_on_and_ask_each_tool_equally() -> None:
+    train, test = la.verb_items()
+    assert (len(train), len(test)) == (20, 20)
+    assert not prompts(train) & prompts(test)
+    per_verb = dict.fromkeys(la.VERBS, 5)
+    assert Counter(item["verb"] for item in test) == Counter(item["verb"] for item in train) == per_verb
+    assert {tool["function"]["name"] for tool in la.DOOR_TOOLS} == set(la.VERBS)
 
 
 @pytest.mark.parametrize("name", list(CHECKS))
