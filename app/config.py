@@ -41,6 +41,9 @@ class PolicyConfig(_Frozen):
     tiny_echo_steps: int = Field(default=0, ge=0)
     """local, tiny model: first train it this many steps to repeat chat messages (a base model that reads its
     prompt, on which LoRA learns the demo; 300 is enough; cached per machine); 0 keeps its random weights."""
+    tiny_echo_system: bool = False
+    """local, tiny model, with ``tiny_echo_steps``: half the echo chats open with a system message of random
+    words, so the model also reads a user message that follows a system or tools prompt."""
     base_model: str | None = None
     """tinker: the base model name on the service (e.g. ``Qwen/Qwen3-4B-Instruct-2507``)."""
     base_url: str | None = None

@@ -137,7 +137,10 @@ def local_model_dir(config: TrainConfig) -> Path:
 
     path = Path(config.log_path) / "tiny-model"
     if not (path / "config.json").is_file():
-        cached_tiny_model(path, seed=config.seed, echo_steps=config.policy.tiny_echo_steps)
+        policy = config.policy
+        cached_tiny_model(
+            path, seed=config.seed, echo_steps=policy.tiny_echo_steps, echo_system=policy.tiny_echo_system
+        )
     return path
 
 

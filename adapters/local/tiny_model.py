@@ -124,7 +124,9 @@ _ECHO_WORDS: tuple[str, ...] = (
 )  # fmt: skip
 
 
-def _echo_pretrain(model: Qwen3ForCausalLM, tokenizer: PreTrainedTokenizerFast, seed: int, steps: int) -> None:
+def _echo_pretrain(
+    model: Qwen3ForCausalLM, tokenizer: PreTrainedTokenizerFast, seed: int, steps: int, system: bool = False
+) -> None:
     """Teach the random model to repeat the user's words in the assistant turn (Adam, full parameters).
 
     A pretrained LLM reads its prompt: the hidden state where it starts to answer carries what was
@@ -132,6 +134,10 @@ def _echo_pretrain(model: Qwen3ForCausalLM, tokenizer: PreTrainedTokenizerFast, 
     ~7% of the state's norm), so the answer cannot depend on the question until training builds that,
     which LoRA, whose adapters never touch the embeddings, did not do in 100 batches. Echoing random
     words and digits builds it (~90%) without pairing any number word with its digit.
+
+    ``system``: half the chats also open with a system message of random words (up to ~400 tokens), so that the
+    model reads the user's message after one, as after a tools prompt; without it the model learns to read only
+    right after the chat's start (a declared tool kept the single-turn check at chance: bench/README.md).
     """
     import torch
 
@@ -143,7 +149,9 @@ def _echo_pretrain(model: Qwen3ForCausalLM, tokenizer: PreTrainedTokenizerFast, 
     cast("torch.nn.Module", model).train()
     try:
         for _ in range(steps):
-            _echo_step(model, tokenizer, optimizer, [_echo_text(rng) for _ in range(batch_size)])
+            texts = [_echo_text(rng) for _ in range(batch_size)]
+            systems = [_system_text(rng) for _ in range(batch_size)] if system else [""] * batch_size
+            _echo_step(model, tokenizer, optimizer, texts, systems)
     finally:
         torch.set_num_threads(threads)
         cast("torch.nn.Module", model).eval()
@@ -153,16 +161,28 @@ def _echo_text(rng: random.Random) -> str:
     return " ".join(rng.choice(_ECHO_WORDS) for _ in range(rng.randint(1, 3)))
 
 
+def _system_text(rng: random.Random) -> str:
+    """A system message of random words half the time, else none."""
+    if rng.random() < 0.5:
+        return ""
+    words = " ".join(rng.choice(_ECHO_WORDS) for _ in range(rng.randint(1, 200)))
+    return f"{IM_START}system\n{words}{IM_END}\n"
+
+
 def _echo_step(
-    model: Qwen3ForCausalLM, tokenizer: PreTrainedTokenizerFast, optimizer: torch.optim.Optimizer, texts: list[str]
+    model: Qwen3ForCausalLM,
+    tokenizer: PreTrainedTokenizerFast,
+    optimizer: torch.optim.Optimizer,
+    texts: list[str],
+    systems: list[str],
 ) -> None:
     """One cross-entropy step on the assistant's reply (its words, then end of turn) of each chat."""
     import torch
 
     rows: list[list[int]] = []
     masks: list[list[float]] = []
-    for text in texts:
-        prompt = tokenizer.encode(f"{IM_START}user\n{text}{IM_END}\n{IM_START}assistant\n")
+    for text, system in zip(texts, systems, strict=True):
+        prompt = tokenizer.encode(f"{system}{IM_START}user\n{text}{IM_END}\n{IM_START}assistant\n")
         reply = tokenizer.encode(f"{text}{IM_END}")
         rows.append(prompt + reply)
         masks.append([0.0] * len(prompt) + [1.0] * len(reply))
@@ -196,6 +216,7 @@ def build_tiny_model(
     max_position_embeddings: int = 4096,
     embedding_std: float = 0.08,
     echo_steps: int = 0,
+    echo_system: bool = False,
 ) -> Path:
     """Write a tiny, randomly initialised Qwen3 model plus tokenizer to ``out_dir``; returns it.
 
@@ -203,7 +224,7 @@ def build_tiny_model(
     logit can never stand far above the others' without training the embeddings themselves, which LoRA never
     does, so LoRA could not learn; the larger scale is closer to a pretrained model's, and full fine-tuning
     learns the demo more reliably on it too (bench/README.md, the demo per seed). With ``echo_steps`` it is then
-    trained to repeat chat messages (``_echo_pretrain``).
+    trained to repeat chat messages (``_echo_pretrain``), after a system message too with ``echo_system``.
     """
     import torch
     from transformers import Qwen3Config
@@ -232,7 +253,7 @@ def build_tiny_model(
         model = _new_model(config)
         with torch.no_grad():
             cast(torch.nn.Embedding, model.get_input_embeddings()).weight.mul_(embedding_std / config.initializer_range)
-        _echo_pretrain(model, tokenizer, seed, echo_steps)
+        _echo_pretrain(model, tokenizer, seed, echo_steps, echo_system)
     finally:
         torch.random.set_rng_state(generator_state)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -244,10 +265,11 @@ def build_tiny_model(
     return out_dir
 
 
-def cached_tiny_model(out_dir: Path, *, seed: int = 0, echo_steps: int = 0) -> Path:
-    """``build_tiny_model(out_dir, seed=seed, echo_steps=echo_steps)``; an echo-pretrained one is copied from this
-    machine's cache, built there once per seed, steps and version of this module (the pretraining takes
-    ~10-20 s on two cores, which every run would pay)."""
+def cached_tiny_model(out_dir: Path, *, seed: int = 0, echo_steps: int = 0, echo_system: bool = False) -> Path:
+    """``build_tiny_model(out_dir, seed=seed, echo_steps=echo_steps, echo_system=echo_system)``; an
+    echo-pretrained one is copied from this machine's cache, built there once per seed, steps, system flag and
+    version of this module (the pretraining takes ~10-20 s on two cores, ~1 minute with system messages, which
+    every run would pay)."""
     if echo_steps == 0:
         return build_tiny_model(out_dir, seed=seed)
     import hashlib
@@ -257,12 +279,12 @@ def cached_tiny_model(out_dir: Path, *, seed: int = 0, echo_steps: int = 0) -> P
     from adapters.files.cache import cache_root
 
     version = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
-    cached = cache_root() / "tiny-models" / f"{version}-seed{seed}-echo{echo_steps}"
+    cached = cache_root() / "tiny-models" / f"{version}-seed{seed}-echo{echo_steps}{'-system' if echo_system else ''}"
     if not (cached / "config.json").is_file():
         cached.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{cached.name}-", dir=cached.parent))
         try:
-            build_tiny_model(staging / "model", seed=seed, echo_steps=echo_steps)
+            build_tiny_model(staging / "model", seed=seed, echo_steps=echo_steps, echo_system=echo_system)
             try:
                 (staging / "model").rename(cached)  # atomic; another process may have won the race
             except OSError:

@@ -175,7 +175,7 @@ def verb_items(n_test_doors: int = 5) -> tuple[list[dict[str, str]], list[dict[s
 
 
 def door_request(verb: str, door: str) -> str:
-    return f"{verb.capitalize()} the {door} door."
+    return f"{verb} the {door} door"
 
 
 @agl.rollout
@@ -283,3 +283,13 @@ def door_tools_format_chats(items: list[dict[str, str]], n: int, seed: int) -> l
             ]
         )
     return chats
+
+
+@agl.rollout
+async def find_digit_tools_agent(task: dict[str, str], llm: agl.LLM) -> float:
+    """``find_digit_agent`` with a tool declared and never needed: the same task after a tools prompt."""
+    client = AsyncOpenAI(base_url=llm.endpoint, api_key="dummy")
+    reply = await client.chat.completions.create(
+        model=llm.model, messages=[{"role": "user", "content": task["text"]}], tools=[PRESS]
+    )
+    return _digit_reward(reply.choices[0].message.content, task["digit"])
