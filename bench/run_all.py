@@ -5,7 +5,9 @@ imports, threads or memory; their output goes to ``--log`` (default ``bench-run-
 
 - trainer CPU per demo rollout: the trainer process's own CPU (``time.process_time``; runner processes are
   other processes) of a 10-batch demo run minus that of a 2-batch run, over the 8 x 80 rollouts between
-  (start-up, warm start and the evaluations before and after cancel out), default settings otherwise;
+  (start-up, warm start and the evaluations before and after cancel out), default settings otherwise; in the
+  same runs, what the per-batch extras cost of it: the transcript pages and the metrics log, each writer timed by
+  the CPU of the thread that runs it (``time.thread_time``: neither load nor other threads count);
 - memory per rollout: the trainer's RSS slope over a demo run by the CLI (``bench/bench_demo_memory.py``), from
   rollout 10,000 to the end of 640 batches (51,200 rollouts); ``--quick``: from rollout 2,400 to the end of 100
   batches, where start-up growth still shows (the issue's 4.5 KB per rollout over the first 8,000);
@@ -27,6 +29,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
+import importlib
 import json
 import os
 import subprocess
@@ -54,14 +58,39 @@ def _emit(result: dict[str, Any]) -> None:
     print(RESULT + json.dumps(result), flush=True)
 
 
+EXTRAS = {
+    "transcripts": ("adapters.files.transcripts", "HtmlTranscriptLog", "write"),
+    "metrics log": ("adapters.files.run_log", "CookbookMetricsLog", "log_metrics"),
+}
+"""The per-batch extras a demo run with default settings writes: the writer of each (module, class, method)."""
+
+
+def _timed(spent: dict[str, float], name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method``, adding the CPU time of the thread that runs it to ``spent[name]``."""
+
+    @functools.wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        started = time.thread_time()
+        try:
+            return method(*args, **kwargs)
+        finally:
+            spent[name] += time.thread_time() - started
+
+    return wrapper
+
+
 def child_demo_cpu(batches: str) -> None:
     from app.config import load_config
     from bench.bench_demo import pipeline
 
+    spent = dict.fromkeys(EXTRAS, 0.0)
+    for name, (module, cls, method) in EXTRAS.items():
+        owner = getattr(importlib.import_module(module), cls)
+        setattr(owner, method, _timed(spent, name, getattr(owner, method)))
     with tempfile.TemporaryDirectory() as tmp:
         config = load_config(None, [f"log_path={Path(tmp) / 'run'}", f"max_batches={batches}"]).unwrap()
         outcome = asyncio.run(pipeline(config))
-    _emit({"cpu_s": outcome.cpu_s, "rollouts": outcome.rollouts, "seconds": outcome.seconds})
+    _emit({"cpu_s": outcome.cpu_s, "rollouts": outcome.rollouts, "seconds": outcome.seconds, "extras": spent})
 
 
 def child_direct(batches: str) -> None:
@@ -188,10 +217,17 @@ Rows = list[tuple[str, str, str, str]]
 
 def demo_cpu(run: Runner, rows: Rows) -> None:
     short, long = run("demo-cpu", "2"), run("demo-cpu", "10")
-    per_rollout = (long["cpu_s"] - short["cpu_s"]) / (long["rollouts"] - short["rollouts"])
+    rollouts = long["rollouts"] - short["rollouts"]
+    per_rollout = (long["cpu_s"] - short["cpu_s"]) / rollouts
     rows.append((
         "trainer CPU per demo rollout (10 - 2 batches)", f"{1000 * per_rollout:.2f} ms",
         f"{short['cpu_s']:.1f} s / {long['cpu_s']:.1f} s of CPU", "<= 5 ms",
+    ))  # fmt: skip
+    extras = {name: (long["extras"][name] - short["extras"][name]) / rollouts for name in EXTRAS}
+    rows.append((
+        "of which per-batch extras (same runs)", f"{1000 * sum(extras.values()):.3f} ms",
+        ", ".join(f"{name} {1000 * ms:.3f} ms ({100 * ms / per_rollout:.1f}%)" for name, ms in extras.items()),
+        "a few %",
     ))  # fmt: skip
 
 
