@@ -77,6 +77,8 @@ class PolicyConfig(_Frozen):
                 raise ValueError("the tinker backend needs policy.base_model")
             if self.lora_rank < 1:
                 raise ValueError("the tinker backend trains LoRA adapters: set policy.lora_rank >= 1 (e.g. 32)")
+        if self.tiny_echo_system and self.tiny_echo_steps < 1:
+            raise ValueError("policy.tiny_echo_system shapes the echo pretraining: set policy.tiny_echo_steps too")
         return self
 
 

@@ -268,8 +268,8 @@ def build_tiny_model(
 def cached_tiny_model(out_dir: Path, *, seed: int = 0, echo_steps: int = 0, echo_system: bool = False) -> Path:
     """``build_tiny_model(out_dir, seed=seed, echo_steps=echo_steps, echo_system=echo_system)``; an
     echo-pretrained one is copied from this machine's cache, built there once per seed, steps, system flag and
-    version of this module (the pretraining takes ~10-20 s on two cores, ~1 minute with system messages, which
-    every run would pay)."""
+    version of this module (the pretraining takes ~10-20 s on two cores, 1-2 minutes with system messages,
+    which every run would pay)."""
     if echo_steps == 0:
         return build_tiny_model(out_dir, seed=seed)
     import hashlib

@@ -91,6 +91,7 @@ def test_a_json_file_loads_too(tmp_path: Path) -> None:
         (["bacth_size=4"], "bacth_size: unknown setting"),
         (["policy.backend=tinker"], "policy: the tinker backend needs policy.base_model"),
         (["policy.backend=tinker", "policy.base_model=Qwen/Qwen3-8B"], "set policy.lora_rank >= 1"),
+        (["policy.tiny_echo_system=true"], "set policy.tiny_echo_steps too"),
         (["loss_fn=sft"], "loss_fn: Input should be 'importance_sampling', 'ppo' or 'cispo'"),
         (["learning_rate"], "must look like key=value"),
         (["batch_size=4", "batch_size.inner=1"], "batch_size is not a table"),
